@@ -1,0 +1,462 @@
+"""Checkpoint inspection: facts read from config.json, model.safetensors.index.json and every shard's
+safetensors header, never from the weights. Works on a local directory or, through huggingface_hub,
+on a hub repo at a revision (headers read by bounded streaming GETs with a Range header).
+
+Pure logic + thin I/O helpers; the Ansible module and the CLI are shells over `inspect_local` and
+`inspect_hub`."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable
+
+from ansible.module_utils.modelfleet.errors import CheckpointError
+from ansible.module_utils.modelfleet.safetensors_header import (
+    DTYPE_BITS,
+    decode_length,
+    parse_header,
+    read_local_header,
+)
+
+MAX_CONFIG_BYTES = 10 * 10**6
+INDEX_NAME = "model.safetensors.index.json"
+HEX40 = re.compile(r"^[0-9a-f]{40}$")
+
+KNOWN_QUANT_METHODS = ("compressed-tensors", "fp8", "modelopt", "none")
+# Tensors that describe a quantized weight rather than hold parameters.
+QUANT_META_SUFFIXES = (
+    ".weight_scale", ".weight_shape", ".weight_scale_inv", ".weight_scale_2", ".input_scale",
+    ".weight_zero_point", ".weight_global_scale", ".input_global_scale", ".k_scale", ".v_scale",
+)
+
+
+# --------------------------------------------------------------------------- config facts
+def _text_config(config: dict) -> dict:
+    tc = config.get("text_config")
+    return tc if isinstance(tc, dict) else config
+
+
+def _first(d: dict, *keys, default=None):
+    for k in keys:
+        if d.get(k) is not None:
+            return d[k]
+    return default
+
+
+def quantization_facts(config: dict, name: str = "config.json") -> dict:
+    """Normalise quantization_config (top level or inside text_config) to one shape."""
+    qc = config.get("quantization_config") or _text_config(config).get("quantization_config")
+    if not qc:
+        return {"method": "none", "bits": None, "group_size": None, "symmetric": None, "format": None,
+                "ignore": [], "kv_cache_scheme": None, "weight_block_size": None}
+    if not isinstance(qc, dict):
+        raise CheckpointError(f"{name}: quantization_config is not an object")
+    method = qc.get("quant_method")
+    out = {"method": method, "bits": None, "group_size": None, "symmetric": None, "format": qc.get("format"),
+           "ignore": qc.get("ignore") or qc.get("modules_to_not_convert") or qc.get("exclude_modules") or [],
+           "kv_cache_scheme": qc.get("kv_cache_scheme"), "weight_block_size": qc.get("weight_block_size")}
+    if method == "compressed-tensors":
+        groups = qc.get("config_groups") or {}
+        if not groups:
+            raise CheckpointError(f"{name}: compressed-tensors quantization_config has no config_groups")
+        w = (next(iter(groups.values())) or {}).get("weights") or {}
+        out.update(bits=w.get("num_bits"), group_size=w.get("group_size"), symmetric=w.get("symmetric"),
+                   weight_type=w.get("type"), strategy=w.get("strategy"))
+    elif method == "fp8":
+        out.update(bits=8, symmetric=True, format=qc.get("fmt", "e4m3"),
+                   activation_scheme=qc.get("activation_scheme"))
+    elif method == "modelopt":
+        algo = str(qc.get("quant_algo") or (qc.get("quantization") or {}).get("quant_algo") or "").upper()
+        out.update(format=algo or None)
+        if "NVFP4" in algo or "FP4" in algo:
+            out.update(bits=4, group_size=qc.get("group_size") or 16, symmetric=True)
+        elif "FP8" in algo:
+            out.update(bits=8, symmetric=True)
+        kv_algo = qc.get("kv_cache_quant_algo")
+        if kv_algo:
+            out["kv_cache_scheme"] = {"type": "float", "algo": kv_algo}
+    else:
+        raise CheckpointError(
+            f"{name}: unknown quantization method {method!r} (known: {', '.join(KNOWN_QUANT_METHODS)}); "
+            "add support for it or use a checkpoint with a known method"
+        )
+    return out
+
+
+def config_facts(config: dict, name: str = "config.json") -> dict:
+    if not isinstance(config, dict):
+        raise CheckpointError(f"{name}: not a JSON object")
+    archs = config.get("architectures")
+    if not archs or not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+        raise CheckpointError(f"{name}: no 'architectures' list; is this a transformers model config?")
+    tc = _text_config(config)
+    heads = _first(tc, "num_attention_heads")
+    kv_heads = _first(tc, "num_key_value_heads", default=heads)
+    hidden = _first(tc, "hidden_size")
+    layers = _first(tc, "num_hidden_layers", "n_layers", "num_layers")
+    for key, val in (("hidden_size", hidden), ("num_hidden_layers", layers), ("num_attention_heads", heads)):
+        if not isinstance(val, int) or val <= 0:
+            raise CheckpointError(f"{name}: {key} is missing or not a positive integer ({val!r})")
+    if tc.get("kv_lora_rank"):
+        attention = "mla"
+    elif kv_heads and kv_heads < heads:
+        attention = "gqa"
+    else:
+        attention = "mha"
+    head_dim = _first(tc, "head_dim", default=hidden // heads)
+    dtype = _first(tc, "dtype", "torch_dtype", default=_first(config, "dtype", "torch_dtype", default="bfloat16"))
+    facts = {
+        "architecture": archs[0],
+        "architectures": archs,
+        "model_type": config.get("model_type"),
+        "text_model_type": tc.get("model_type"),
+        "attention": attention,
+        "num_layers": layers,
+        "hidden_size": hidden,
+        "num_attention_heads": heads,
+        "num_key_value_heads": kv_heads,
+        "head_dim": head_dim,
+        "kv_lora_rank": tc.get("kv_lora_rank"),
+        "qk_rope_head_dim": tc.get("qk_rope_head_dim"),
+        "num_experts": _first(tc, "n_routed_experts", "num_local_experts", "num_experts", default=0),
+        "experts_per_token": _first(tc, "num_experts_per_tok", "num_experts_per_token", default=0),
+        "moe_intermediate_size": tc.get("moe_intermediate_size"),
+        "intermediate_size": tc.get("intermediate_size"),
+        "vocab_size": tc.get("vocab_size"),
+        "max_position_embeddings": tc.get("max_position_embeddings"),
+        "dtype": dtype,
+        "trust_remote_code": bool(config.get("auto_map") or tc.get("auto_map")),
+        "quantization": quantization_facts(config, name),
+    }
+    return facts
+
+
+# --------------------------------------------------------------------------- header facts
+def _tensor_kind(tname: str) -> str:
+    if ".shared_experts." in tname or ".shared_expert." in tname:
+        return "shared_experts"
+    if ".experts." in tname:
+        return "experts"
+    if ".self_attn." in tname or ".attention." in tname or ".attn." in tname:
+        return "attention"
+    if ".mlp." in tname:
+        return "dense_mlp" if ".gate." not in tname else "router"
+    if "lm_head" in tname or "embed" in tname:
+        return "embeddings"
+    return "other"
+
+
+def header_facts(headers: dict[str, dict], quant: dict) -> dict:
+    """Counts and sums over every tensor of every shard."""
+    bits = quant.get("bits") or 0
+    method = quant.get("method")
+    bytes_by_dtype: dict[str, int] = {}
+    quantized = unquantized = num_params = meta_elems = tensors = 0
+    quantized_by_kind: dict[str, int] = {}
+    unquantized_by_kind: dict[str, int] = {}
+    for header in headers.values():
+        for tname, e in header.items():
+            if tname == "__metadata__":
+                continue
+            tensors += 1
+            dtype, shape = e["dtype"], e["shape"]
+            elems = 1
+            for d in shape:
+                elems *= d
+            nbytes = e["data_offsets"][1] - e["data_offsets"][0]
+            bytes_by_dtype[dtype] = bytes_by_dtype.get(dtype, 0) + nbytes
+            if tname.endswith(QUANT_META_SUFFIXES):
+                meta_elems += elems
+                continue
+            kind = _tensor_kind(tname)
+            if tname.endswith(".weight_packed"):
+                per = (DTYPE_BITS[dtype] // bits) if bits else 1
+                num_params += elems * per
+                quantized += 1
+                quantized_by_kind[kind] = quantized_by_kind.get(kind, 0) + 1
+            elif tname.endswith(".weight") and dtype.startswith("F8") and method in ("fp8", "modelopt"):
+                num_params += elems
+                quantized += 1
+                quantized_by_kind[kind] = quantized_by_kind.get(kind, 0) + 1
+            elif tname.endswith(".weight") and dtype == "U8" and method == "modelopt" and bits == 4:
+                num_params += elems * 2
+                quantized += 1
+                quantized_by_kind[kind] = quantized_by_kind.get(kind, 0) + 1
+            else:
+                num_params += elems
+                if tname.endswith(".weight") and len(shape) >= 2:
+                    unquantized += 1
+                    unquantized_by_kind[kind] = unquantized_by_kind.get(kind, 0) + 1
+    return {
+        "num_tensors": tensors,
+        "quantized_tensors": quantized,
+        "unquantized_tensors": unquantized,
+        "quantized_by_kind": dict(sorted(quantized_by_kind.items())),
+        "unquantized_by_kind": dict(sorted(unquantized_by_kind.items())),
+        "only_experts_quantized": bool(quantized) and set(quantized_by_kind) == {"experts"},
+        "bytes_by_dtype": dict(sorted(bytes_by_dtype.items())),
+        "tensor_bytes": sum(bytes_by_dtype.values()),
+        "num_parameters": num_params,
+        "num_quant_metadata_elements": meta_elems,
+    }
+
+
+def compatibility_warnings(facts: dict, compute_capability: str | None = None,
+                           revision_pinned: bool = True, kv_cache_dtype: str | None = None) -> list[str]:
+    """Warnings a user must see before downloading anything."""
+    out = []
+    q = facts.get("quantization") or {}
+    if facts.get("trust_remote_code") and not revision_pinned:
+        out.append("checkpoint needs trust_remote_code (auto_map present) but no 40-hex revision is pinned: "
+                   "remote code could change under you; pin --revision to a commit")
+    if compute_capability:
+        major = int(str(compute_capability).split(".")[0])
+        cc = str(compute_capability)
+        kv = (kv_cache_dtype or "").lower()
+        scheme = q.get("kv_cache_scheme")
+        if cc.startswith("12.") and (kv.startswith("fp8") or scheme):
+            out.append(f"FP8 KV cache on SM{cc.replace('.', '')} (compute capability {cc}) is known broken in vLLM; "
+                       "use kv_cache_dtype auto")
+        if q.get("method") == "modelopt" and q.get("bits") == 4 and major < 10:
+            out.append(f"NVFP4 weights need a Blackwell GPU (compute capability >= 10.0); this GPU is {cc}")
+    return out
+
+
+# --------------------------------------------------------------------------- local inspection
+def _load_json_file(path: str, name: str) -> dict:
+    try:
+        size = os.path.getsize(path)
+    except OSError as e:
+        raise CheckpointError(f"{name}: cannot read ({e.strerror})") from None
+    if size > MAX_CONFIG_BYTES:
+        raise CheckpointError(f"{name}: {size} bytes is too large for a config file")
+    try:
+        with open(path, "rb") as f:
+            return json.loads(f.read().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{name}: not valid JSON ({e})") from None
+
+
+def _check_index(index: dict, name: str = INDEX_NAME) -> dict[str, str]:
+    wm = index.get("weight_map") if isinstance(index, dict) else None
+    if not isinstance(wm, dict) or not wm:
+        raise CheckpointError(f"{name}: no 'weight_map' object")
+    for t, shard in wm.items():
+        if not isinstance(shard, str) or not shard.endswith(".safetensors") or "/" in shard or shard.startswith("."):
+            raise CheckpointError(f"{name}: tensor {t!r} maps to an invalid shard name {shard!r}")
+    return wm
+
+
+def _cross_check(weight_map: dict[str, str], headers: dict[str, dict]) -> None:
+    for t, shard in weight_map.items():
+        h = headers.get(shard)
+        if h is not None and t not in h:
+            raise CheckpointError(f"{INDEX_NAME}: tensor {t!r} is mapped to {shard} but that shard's header lacks it")
+
+
+def _assemble(config: dict, weight_map, headers, files, absent, revision, source) -> dict:
+    facts = config_facts(config)
+    facts["source"] = source
+    facts["revision"] = revision
+    facts["num_shards"] = len(set(weight_map.values())) if weight_map else len(headers)
+    facts["files"] = files
+    facts["total_bytes"] = sum(f["size"] for f in files if f.get("size") is not None)
+    facts["shard_bytes"] = sum(f["size"] for f in files if f["name"].endswith(".safetensors") and f.get("size"))
+    if headers:
+        facts.update(header_facts(headers, facts["quantization"]))
+        q = facts["quantization"]
+        q["quantized_tensors"] = facts["quantized_tensors"]
+        q["unquantized_tensors"] = facts["unquantized_tensors"]
+    else:
+        for k in ("bytes_by_dtype", "num_parameters", "quantized_tensors", "unquantized_tensors", "num_tensors"):
+            facts[k] = None
+    facts["absent"] = absent
+    facts["warnings"] = compatibility_warnings(facts, revision_pinned=bool(revision and HEX40.match(revision)))
+    return facts
+
+
+def inspect_local(path: str, revision: str | None = None) -> dict:
+    """Inspect a checkpoint directory. Reads config.json, the index and every shard header."""
+    if not os.path.isdir(path):
+        raise CheckpointError(f"{path}: not a directory")
+    cfg_path = os.path.join(path, "config.json")
+    if not os.path.exists(cfg_path):
+        raise CheckpointError(f"{path}: no config.json; point at the model directory itself")
+    config = _load_json_file(cfg_path, "config.json")
+    config_facts(config)  # fail early on a bad config
+    lock = _read_lock(path)
+    if revision is None and lock:
+        revision = lock.get("revision")
+    index_path = os.path.join(path, INDEX_NAME)
+    present = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+    weight_map: dict[str, str] = {}
+    absent: list[str] = []
+    if os.path.exists(index_path):
+        weight_map = _check_index(_load_json_file(index_path, INDEX_NAME))
+        shards = sorted(set(weight_map.values()))
+        missing = [s for s in shards if s not in present]
+        if missing and len(missing) < len(shards):
+            raise CheckpointError(f"{missing[0]}: listed in {INDEX_NAME} but absent from {path} "
+                                  f"({len(missing)} of {len(shards)} shards missing); fetch the model again")
+        if missing:
+            absent.append(f"no shard files present ({len(shards)} listed in the index): "
+                          "bytes_by_dtype, num_parameters and tensor counts are absent")
+            shards = []
+    else:
+        shards = present
+        if not shards:
+            absent.append("no index and no *.safetensors files: shard facts are absent")
+    headers = {}
+    for s in shards:
+        headers[s], _ = read_local_header(os.path.join(path, s), s)
+    _cross_check(weight_map, headers)
+    lock_files = {f["name"]: f for f in (lock or {}).get("files", [])}
+    files = []
+    for name in sorted(os.listdir(path)):
+        p = os.path.join(path, name)
+        if name.startswith(".") or not os.path.isfile(p):
+            continue
+        files.append({"name": name, "size": os.path.getsize(p), "sha256": lock_files.get(name, {}).get("sha256")})
+    return _assemble(config, weight_map, headers, files, absent, revision, {"kind": "local", "path": path})
+
+
+def _read_lock(path: str) -> dict | None:
+    p = os.path.join(path, ".modelfleet", "lock.json")
+    if os.path.exists(p):
+        try:
+            with open(p) as f:
+                return json.load(f)
+        except (OSError, json.JSONDecodeError):
+            return None
+    return None
+
+
+# --------------------------------------------------------------------------- hub inspection
+class HeaderNeedsMore(Exception):
+    def __init__(self, need: int):
+        super().__init__(need)
+        self.need = need
+
+
+def read_stream_prefix(chunks: Iterable[bytes], name: str, file_size: int | None) -> tuple[dict, int]:
+    """Parse a safetensors header from a byte stream, consuming only as many chunks as the header needs.
+    Works whether the server honoured the Range header (206) or sent the whole body (200)."""
+    buf = bytearray()
+    it = iter(chunks)
+    need = 8
+    n = None
+    for chunk in it:
+        buf += chunk
+        if n is None and len(buf) >= 8:
+            n = decode_length(name, bytes(buf[:8]), file_size)
+            need = 8 + n
+        if n is not None and len(buf) >= need:
+            break
+    if n is None:
+        decode_length(name, bytes(buf), file_size)
+    if len(buf) < need:
+        raise HeaderNeedsMore(need)
+    return parse_header(name, bytes(buf[8:need]), n, file_size), len(buf)
+
+
+def _remote_header(session, url: str, http_headers: dict, name: str, size: int | None) -> tuple[dict, int]:
+    """One shard's header over HTTP: a first request for a 1 MiB prefix (enough for most headers); if the
+    server honoured Range and the header is longer, a second request for exactly the header."""
+    want = 1 << 20
+    for _attempt in range(2):
+        h = dict(http_headers, Range=f"bytes=0-{want - 1}")
+        with session.stream("GET", url, headers=h, follow_redirects=True) as r:
+            if r.status_code >= 400:
+                raise CheckpointError(f"{name}: GET answered HTTP {r.status_code}")
+            try:
+                return read_stream_prefix(r.iter_bytes(65536), name, size)
+            except HeaderNeedsMore as more:
+                if r.status_code != 206:
+                    raise CheckpointError(f"{name}: stream ended inside the {more.need}-byte header") from None
+                want = more.need
+    raise CheckpointError(f"{name}: server did not return the {want}-byte header")
+
+
+def inspect_hub(repo_id: str, revision: str = "main", endpoint: str | None = None, token: str | None = None,
+                on_read: Callable[[str, int], None] | None = None) -> dict:
+    """Inspect a hub repo at a revision without downloading weights."""
+    from huggingface_hub import HfApi, hf_hub_url
+    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.utils import build_hf_headers, get_session
+
+    api = HfApi(endpoint=endpoint, token=token)
+    try:
+        info = api.model_info(repo_id, revision=revision, files_metadata=True)
+    except RevisionNotFoundError:
+        raise CheckpointError(f"{repo_id}: revision {revision!r} not found on the hub") from None
+    except RepositoryNotFoundError:
+        raise CheckpointError(f"{repo_id}: repository not found (or not visible with this token)") from None
+    except HfHubHTTPError as e:
+        raise CheckpointError(f"{repo_id}@{revision}: hub error {e.response.status_code if e.response is not None else ''}"
+                              f" ({str(e).splitlines()[0]})") from None
+    except OSError as e:
+        raise CheckpointError(f"{repo_id}: cannot reach the hub at {endpoint or 'the default endpoint'} ({e})") from None
+    sha = info.sha
+    if not sha or not HEX40.match(sha):
+        raise CheckpointError(f"{repo_id}@{revision}: the hub did not resolve the revision to a commit")
+    siblings = {s.rfilename: s for s in (info.siblings or [])}
+    files = {n: {"name": n, "size": s.size, "sha256": (s.lfs.sha256 if s.lfs else None)} for n, s in siblings.items()}
+    if any(f["size"] is None for f in files.values()):
+        # Some hub-compatible servers leave size/lfs empty in model_info; ask per path.
+        for p in api.get_paths_info(repo_id, sorted(files), revision=sha):
+            if getattr(p, "size", None) is not None and p.path in files:
+                files[p.path]["size"] = p.size
+                lfs = getattr(p, "lfs", None)
+                if lfs is not None:
+                    files[p.path]["sha256"] = lfs.sha256 if hasattr(lfs, "sha256") else lfs.get("sha256")
+    session = get_session()
+    headers_http = build_hf_headers(token=token)
+
+    def get_small(name: str) -> bytes:
+        url = hf_hub_url(repo_id, name, revision=sha, endpoint=endpoint)
+        with session.stream("GET", url, headers=headers_http, follow_redirects=True) as r:
+            if r.status_code >= 400:
+                raise CheckpointError(f"{repo_id}@{sha[:12]}: GET {name} answered HTTP {r.status_code}")
+            data = bytearray()
+            for c in r.iter_bytes():
+                data += c
+                if len(data) > MAX_CONFIG_BYTES:
+                    raise CheckpointError(f"{name}: larger than {MAX_CONFIG_BYTES} bytes; not a config file")
+            return bytes(data)
+
+    if "config.json" not in files:
+        raise CheckpointError(f"{repo_id}@{sha[:12]}: no config.json in the repository")
+    try:
+        config = json.loads(get_small("config.json"))
+    except json.JSONDecodeError as e:
+        raise CheckpointError(f"config.json: not valid JSON ({e})") from None
+    config_facts(config)
+    weight_map: dict[str, str] = {}
+    if INDEX_NAME in files:
+        try:
+            weight_map = _check_index(json.loads(get_small(INDEX_NAME)))
+        except json.JSONDecodeError as e:
+            raise CheckpointError(f"{INDEX_NAME}: not valid JSON ({e})") from None
+        shards = sorted(set(weight_map.values()))
+        for s in shards:
+            if s not in files:
+                raise CheckpointError(f"{s}: listed in {INDEX_NAME} but absent from {repo_id}@{sha[:12]}")
+    else:
+        shards = sorted(n for n in files if n.endswith(".safetensors"))
+    headers = {}
+    bytes_read = 0
+    for s in shards:
+        url = hf_hub_url(repo_id, s, revision=sha, endpoint=endpoint)
+        header, nread = _remote_header(session, url, headers_http, s, files[s]["size"])
+        bytes_read += nread
+        if on_read:
+            on_read(s, nread)
+        headers[s] = header
+    _cross_check(weight_map, headers)
+    facts = _assemble(config, weight_map, headers, sorted(files.values(), key=lambda f: f["name"]), [], sha,
+                      {"kind": "hub", "repo_id": repo_id, "requested_revision": revision,
+                       "endpoint": endpoint})
+    facts["header_bytes_read"] = bytes_read
+    return facts

