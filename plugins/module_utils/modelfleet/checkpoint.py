@@ -383,21 +383,30 @@ def inspect_hub(repo_id: str, revision: str = "main", endpoint: str | None = Non
                 on_read: Callable[[str, int], None] | None = None) -> dict:
     """Inspect a hub repo at a revision without downloading weights."""
     from huggingface_hub import HfApi, hf_hub_url
-    from huggingface_hub.errors import HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+    from huggingface_hub.errors import (
+        HfHubHTTPError,
+        HFValidationError,
+        RepositoryNotFoundError,
+        RevisionNotFoundError,
+    )
     from huggingface_hub.utils import build_hf_headers, get_session
 
     api = HfApi(endpoint=endpoint, token=token)
     try:
         info = api.model_info(repo_id, revision=revision, files_metadata=True)
+    except HFValidationError as e:
+        raise CheckpointError(f"{repo_id}: not a valid hub repo id ({str(e).splitlines()[0]})") from None
     except RevisionNotFoundError:
         raise CheckpointError(f"{repo_id}: revision {revision!r} not found on the hub") from None
     except RepositoryNotFoundError:
         raise CheckpointError(f"{repo_id}: repository not found (or not visible with this token)") from None
     except HfHubHTTPError as e:
-        raise CheckpointError(f"{repo_id}@{revision}: hub error {e.response.status_code if e.response is not None else ''}"
-                              f" ({str(e).splitlines()[0]})") from None
+        code = e.response.status_code if e.response is not None else "?"
+        raise CheckpointError(f"{repo_id}@{revision}: hub answered HTTP {code} ({str(e).splitlines()[0]})") from None
     except OSError as e:
-        raise CheckpointError(f"{repo_id}: cannot reach the hub at {endpoint or 'the default endpoint'} ({e})") from None
+        where = endpoint or "the default endpoint"
+        raise CheckpointError(
+            f"{repo_id}: cannot reach the hub at {where} ({e}); check HF_ENDPOINT / the network") from None
     sha = info.sha
     if not sha or not HEX40.match(sha):
         raise CheckpointError(f"{repo_id}@{revision}: the hub did not resolve the revision to a commit")

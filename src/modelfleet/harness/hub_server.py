@@ -1,0 +1,174 @@
+"""A real Hugging Face hub-compatible server on loopback for tests: olah (offline mirror mode) with a
+thin ASGI layer that fills the gaps stock olah 0.5.4 has (see README, "Test harness"):
+
+  * HTTP Range on file downloads (olah answers 200 with the whole body): sliced to 206 here, so
+    header reads by range move only header bytes to the client;
+  * error codes: a missing file (olah: 401) becomes 404 EntryNotFound, an unknown revision
+    (olah: 500) becomes 404 RevisionNotFound, so huggingface_hub raises its proper errors;
+  * counters of bytes served per file at /_modelfleet/stats (for the fan-out egress measurement).
+
+Runs with the olah venv's python: python hub_server.py --mirrors DIR --port N [--stats-file F].
+Nothing here contacts the internet: offline mode is on and the upstream is set to a closed loopback
+port.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import sys
+import tempfile
+
+RANGE_RE = re.compile(r"^bytes=(\d*)-(\d*)$")
+REPO_API_RE = re.compile(r"^/api/models/([^/]+)/([^/]+)/revision/")
+
+
+class HarnessLayer:
+    def __init__(self, app, mirrors: str, stats_file: str | None = None, fail_file: str | None = None):
+        self.app = app
+        self.mirrors = mirrors
+        self.stats = {"bytes_served": 0, "requests": 0, "by_path": {}}
+        self.stats_file = stats_file
+        self.fail_file = fail_file  # if this file exists, file downloads answer 503 (endpoint-down tests)
+
+    async def __call__(self, scope, receive, send):
+        if scope["type"] != "http":
+            return await self.app(scope, receive, send)
+        path = scope.get("path", "")
+        if path == "/_modelfleet/stats":
+            body = json.dumps(self.stats).encode()
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"application/json")]})
+            return await send({"type": "http.response.body", "body": body})
+        if path == "/_modelfleet/reset":
+            self.stats = {"bytes_served": 0, "requests": 0, "by_path": {}}
+            await send({"type": "http.response.start", "status": 200, "headers": []})
+            return await send({"type": "http.response.body", "body": b"{}"})
+        is_file = "/resolve/" in path
+        if is_file and self.fail_file and os.path.exists(self.fail_file):
+            await send({"type": "http.response.start", "status": 503, "headers": []})
+            return await send({"type": "http.response.body", "body": b"hub down (test switch)"})
+        headers = {k.decode().lower(): v.decode() for k, v in scope.get("headers", [])}
+        want_range = headers.get("range") if is_file and scope.get("method") == "GET" else None
+        is_api = path.startswith("/api/")
+        state = {"status": None, "headers": [], "chunks": []}
+
+        async def capture(message):
+            if message["type"] == "http.response.start":
+                state["status"] = message["status"]
+                state["headers"] = list(message.get("headers", []))
+                return
+            if message["type"] == "http.response.body":
+                state["chunks"].append(message.get("body", b""))
+                if message.get("more_body"):
+                    return
+                await self._finish(state, send, path, want_range, is_file, is_api, scope.get("method") == "HEAD")
+
+        try:
+            await self.app(scope, receive, capture)
+        except Exception as e:  # olah raises on unknown refs; answer like the hub does
+            if state["status"] is None and (is_file or is_api):
+                msg = json.dumps({"error": f"Revision not found ({type(e).__name__})"}).encode()
+                await send({"type": "http.response.start", "status": 404,
+                            "headers": [(b"x-error-code", b"RevisionNotFound"),
+                                        (b"content-type", b"application/json")]})
+                await send({"type": "http.response.body", "body": msg})
+            elif not state.get("sent"):
+                raise
+
+    async def _finish(self, state, send, path, want_range, is_file, is_api, is_head=False):
+        status, hdrs = state["status"], state["headers"]
+        body = b"".join(state["chunks"])
+        extra = []
+        if (is_file or is_api) and status == 401:
+            status, body = 404, b'{"error":"Entry not found"}'
+            extra = [(b"x-error-code", b"EntryNotFound" if is_file else b"RepoNotFound")]
+            hdrs = [(k, v) for k, v in hdrs if k.lower() not in (b"content-length",)]
+        elif is_api and status == 404 and not any(k.lower() == b"x-error-code" for k, _ in hdrs):
+            extra = [(b"x-error-code", b"RepoNotFound")]
+        elif (is_file or is_api) and status == 500:
+            status, body = 404, b'{"error":"Revision not found"}'
+            extra = [(b"x-error-code", b"RevisionNotFound")]
+            hdrs = [(k, v) for k, v in hdrs if k.lower() not in (b"content-length",)]
+        elif want_range and status == 200:
+            m = RANGE_RE.match(want_range.strip())
+            total = len(body)
+            if m and (m.group(1) or m.group(2)):
+                if m.group(1):
+                    start = int(m.group(1))
+                    end = min(int(m.group(2)) if m.group(2) else total - 1, total - 1)
+                else:
+                    start, end = max(0, total - int(m.group(2))), total - 1
+                if start >= total:
+                    status, body = 416, b""
+                    extra = [(b"content-range", f"bytes */{total}".encode())]
+                else:
+                    body = body[start:end + 1]
+                    status = 206
+                    extra = [(b"content-range", f"bytes {start}-{end}/{total}".encode())]
+                hdrs = [(k, v) for k, v in hdrs if k.lower() not in (b"content-length",)]
+        if status == 404:
+            m = REPO_API_RE.match(path)
+            if m and os.path.isdir(os.path.join(self.mirrors, "models", m.group(1), m.group(2))):
+                # the repo exists, so what was not found is the revision
+                extra = [(b"x-error-code", b"RevisionNotFound")]
+                body = b'{"error":"Revision not found"}'
+        keep_length = is_head and status == state["status"]  # HEAD: the length is the file's, not the body's
+        drop = ({b"content-length"} if not keep_length else set()) | (
+            {b"x-error-code", b"x-error-message"} if extra else set())
+        hdrs = [(k, v) for k, v in hdrs if k.lower() not in drop] + extra
+        if not keep_length:
+            hdrs.append((b"content-length", str(len(body)).encode()))
+        if is_file and state["status"] in (200, 206) and status in (200, 206):
+            self.stats["bytes_served"] += len(body)
+            self.stats["requests"] += 1
+            self.stats["by_path"][path] = self.stats["by_path"].get(path, 0) + len(body)
+            if self.stats_file:
+                tmp = self.stats_file + ".tmp"
+                with open(tmp, "w") as f:
+                    json.dump(self.stats, f)
+                os.replace(tmp, self.stats_file)
+        state["sent"] = True
+        await send({"type": "http.response.start", "status": status, "headers": hdrs})
+        await send({"type": "http.response.body", "body": body})
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description="olah + modelfleet harness layer on loopback")
+    ap.add_argument("--mirrors", required=True, help="folder holding models/<org>/<name> git repos")
+    ap.add_argument("--port", type=int, required=True)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--stats-file")
+    ap.add_argument("--fail-file", help="while this file exists, file downloads answer 503")
+    a = ap.parse_args(argv)
+    if not a.host.startswith("127.") and a.host not in ("localhost", "::1"):
+        print("hub_server: refusing to bind outside loopback", file=sys.stderr)
+        return 2
+    work = tempfile.mkdtemp(prefix="modelfleet-hub-")
+    cfg = os.path.join(work, "olah.toml")
+    with open(cfg, "w") as f:
+        f.write(
+            "[basic]\n"
+            f'host = "{a.host}"\nport = {a.port}\n'
+            f'repos-path = "{os.path.join(work, "repos")}"\n'
+            f'mirrors-path = ["{os.path.abspath(a.mirrors)}"]\n'
+            f'mirror-netloc = "{a.host}:{a.port}"\nmirror-lfs-netloc = "{a.host}:{a.port}"\n'
+            # upstream points at a closed loopback port: nothing can leave this machine
+            'hf-scheme = "http"\nhf-netloc = "127.0.0.1:9"\nhf-lfs-netloc = "127.0.0.1:9"\n'
+            "[accessibility]\noffline = true\n"
+        )
+    sys.argv = ["olah-cli", "--config", cfg]
+    import uvicorn
+    from olah import server
+
+    server.init()
+    layer = HarnessLayer(server.app, os.path.abspath(a.mirrors), a.stats_file, a.fail_file)
+    uvicorn.run(layer, host=a.host, port=a.port,
+                log_level="warning")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

