@@ -23,18 +23,9 @@ def _emit(data: dict, as_json: bool, human) -> None:
 
 
 def cmd_inspect(a) -> int:
-    import os
-
-    from ansible.module_utils.modelfleet.checkpoint import inspect_hub, inspect_local
     from ansible.module_utils.modelfleet.units import fmt_bytes
 
-    if os.path.isdir(a.source) or a.source.startswith(("/", ".", "~")) or os.path.exists(a.source):
-        facts = inspect_local(a.source, revision=a.revision)
-    else:
-        if "/" not in a.source:
-            raise ModelfleetError(f"{a.source}: neither a local directory nor a hub repo id (org/name)")
-        facts = inspect_hub(a.source, revision=a.revision or "main", endpoint=a.endpoint,
-                            token=os.environ.get("HF_TOKEN"))
+    facts = _inspect_source(a.source, a.revision, a.endpoint)
     if not a.files:
         facts["files"] = f"{len(facts['files'])} files (use --files to list)"
 
@@ -59,6 +50,57 @@ def cmd_inspect(a) -> int:
     return 0
 
 
+def _inspect_source(source: str, revision: str | None, endpoint: str | None) -> dict:
+    import os
+
+    from ansible.module_utils.modelfleet.checkpoint import inspect_hub, inspect_local
+
+    if os.path.isdir(source) or source.startswith(("/", ".", "~")) or os.path.exists(source):
+        return inspect_local(source, revision=revision)
+    if "/" not in source:
+        raise ModelfleetError(f"{source}: neither a local directory nor a hub repo id (org/name)")
+    return inspect_hub(source, revision=revision or "main", endpoint=endpoint, token=os.environ.get("HF_TOKEN"))
+
+
+def cmd_plan(a) -> int:
+    from ansible.module_utils.modelfleet.planner import plan
+    from ansible.module_utils.modelfleet.profiles import load_profile
+    from ansible.module_utils.modelfleet.units import GiB, fmt_bytes
+
+    from modelfleet._paths import PROFILES_DIR
+
+    if a.gpus < 1:
+        raise ModelfleetError(f"--gpus must be >= 1, got {a.gpus}")
+    if a.gpu_memory_gib <= 0:
+        raise ModelfleetError(f"--gpu-memory-gib must be > 0, got {a.gpu_memory_gib}")
+    profile = load_profile(a.profile, str(PROFILES_DIR)) if a.profile else None
+    facts = _inspect_source(a.source, a.revision, a.endpoint)
+    gpus = {"count": a.gpus, "memory_bytes": int(a.gpu_memory_gib * GiB), "interconnect": a.interconnect,
+            "compute_capability": a.compute_capability}
+    result = plan(facts, gpus, profile, input_len=a.input_len, output_len=a.output_len,
+                  gpu_memory_utilization=a.gpu_memory_utilization, kv_cache_dtype=a.kv_cache_dtype)
+    result["model"] = {"architecture": facts["architecture"], "attention": facts["attention"],
+                       "revision": facts.get("revision"), "source": facts["source"]}
+
+    def human(r):
+        print(f"plan for {facts['architecture']} ({facts['attention']}) on {r['gpu_count']} x "
+              f"{fmt_bytes(r['gpu_memory_bytes'])} ({r['interconnect']}), utilization {r['gpu_memory_utilization']}")
+        print(f"  tensor_parallel_size = {r['tensor_parallel_size']}, expert_parallel = {r['expert_parallel']}")
+        for k in ("weight_bytes_per_gpu", "kv_room_bytes_per_gpu"):
+            print(f"  {k} = {fmt_bytes(r[k])}   [{r['formulas'][k]}]")
+        print(f"  kv_bytes_per_token = {r['kv_bytes_per_token']} B ({r['kv_cache_dtype']}, "
+              f"{r['kv_dtype_bytes']} B/elem)   [{r['formulas']['kv_bytes_per_token']}]")
+        print(f"  kv_tokens_capacity = {r['kv_tokens_capacity']}   [{r['formulas']['kv_tokens_capacity']}]")
+        print(f"  max_concurrency at {r['input_len']}+{r['output_len']} tokens = {r['max_concurrency']}")
+        for x in r["reasons"]:
+            print(f"  reason: {x}")
+        for w in r["warnings"]:
+            print(f"  WARNING: {w}")
+
+    _emit(result, a.json, human)
+    return 0 if result["fits"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="modelfleet", description=__doc__.splitlines()[0])
     ap.add_argument("--version", action="version", version=f"modelfleet {__version__}")
@@ -70,6 +112,22 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--files", action="store_true", help="list every file with size and sha256")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
+
+    p = sub.add_parser("plan", help="TP/EP and KV-cache room for a checkpoint on given GPUs")
+    p.add_argument("source", help="a local checkpoint directory or a hub repo id (org/name)")
+    p.add_argument("--gpus", type=int, required=True, help="GPU count")
+    p.add_argument("--gpu-memory-gib", type=float, required=True, help="memory of each GPU, GiB")
+    p.add_argument("--interconnect", choices=["pcie", "nvlink", "mixed", "single"], default=None)
+    p.add_argument("--gpu-memory-utilization", type=float, default=None)
+    p.add_argument("--compute-capability", default=None, help="e.g. 12.0 (RTX PRO 6000 Blackwell), 9.0 (H100/H200)")
+    p.add_argument("--kv-cache-dtype", default=None)
+    p.add_argument("--profile", help="a profile name from profiles/ (or a path)")
+    p.add_argument("--input-len", type=int, default=1024)
+    p.add_argument("--output-len", type=int, default=1024)
+    p.add_argument("--revision")
+    p.add_argument("--endpoint")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan)
     return ap
 
 

@@ -11,16 +11,20 @@ import json
 import os
 import re
 from collections.abc import Callable, Iterable
+from math import prod
 
 from ansible.module_utils.modelfleet.errors import CheckpointError
 from ansible.module_utils.modelfleet.safetensors_header import (
     DTYPE_BITS,
+    JSONError,
     decode_length,
+    loads,
     parse_header,
     read_local_header,
 )
 
 MAX_CONFIG_BYTES = 10 * 10**6
+MAX_INDEX_BYTES = 100 * 10**6  # a 1T checkpoint's index maps ~200k tensors (~23 MB)
 INDEX_NAME = "model.safetensors.index.json"
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
 
@@ -134,7 +138,16 @@ def config_facts(config: dict, name: str = "config.json") -> dict:
 
 
 # --------------------------------------------------------------------------- header facts
+# Tensors vLLM keeps whole on every tensor-parallel rank (besides 1-D norms and biases): MoE routers,
+# MLA's latent down-projections, and the vision tower of multimodal models.
+REPLICATED_SUFFIXES = (".mlp.gate.weight", ".block_sparse_moe.gate.weight", ".self_attn.q_a_proj.weight",
+                       ".self_attn.kv_a_proj_with_mqa.weight")
+VISION_PREFIXES = ("vision_tower.", "mm_projector.", "visual.", "vision_model.", "multi_modal_projector.")
+
+
 def _tensor_kind(tname: str) -> str:
+    if tname.startswith(VISION_PREFIXES):
+        return "vision"
     if ".shared_experts." in tname or ".shared_expert." in tname:
         return "shared_experts"
     if ".experts." in tname:
@@ -156,17 +169,18 @@ def header_facts(headers: dict[str, dict], quant: dict) -> dict:
     quantized = unquantized = num_params = meta_elems = tensors = 0
     quantized_by_kind: dict[str, int] = {}
     unquantized_by_kind: dict[str, int] = {}
+    replicated = 0
     for header in headers.values():
         for tname, e in header.items():
             if tname == "__metadata__":
                 continue
             tensors += 1
             dtype, shape = e["dtype"], e["shape"]
-            elems = 1
-            for d in shape:
-                elems *= d
+            elems = prod(shape)
             nbytes = e["data_offsets"][1] - e["data_offsets"][0]
             bytes_by_dtype[dtype] = bytes_by_dtype.get(dtype, 0) + nbytes
+            if len(shape) <= 1 or tname.endswith(REPLICATED_SUFFIXES) or tname.startswith(VISION_PREFIXES):
+                replicated += nbytes
             if tname.endswith(QUANT_META_SUFFIXES):
                 meta_elems += elems
                 continue
@@ -200,6 +214,7 @@ def header_facts(headers: dict[str, dict], quant: dict) -> dict:
         "tensor_bytes": sum(bytes_by_dtype.values()),
         "num_parameters": num_params,
         "num_quant_metadata_elements": meta_elems,
+        "replicated_bytes": replicated,
     }
 
 
@@ -225,17 +240,17 @@ def compatibility_warnings(facts: dict, compute_capability: str | None = None,
 
 
 # --------------------------------------------------------------------------- local inspection
-def _load_json_file(path: str, name: str) -> dict:
+def _load_json_file(path: str, name: str, cap: int = MAX_CONFIG_BYTES) -> dict:
     try:
         size = os.path.getsize(path)
     except OSError as e:
         raise CheckpointError(f"{name}: cannot read ({e.strerror})") from None
-    if size > MAX_CONFIG_BYTES:
-        raise CheckpointError(f"{name}: {size} bytes is too large for a config file")
+    if size > cap:
+        raise CheckpointError(f"{name}: {size} bytes is over the {cap}-byte limit for this file")
     try:
         with open(path, "rb") as f:
-            return json.loads(f.read().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            return loads(f.read())
+    except JSONError as e:
         raise CheckpointError(f"{name}: not valid JSON ({e})") from None
 
 
@@ -294,7 +309,7 @@ def inspect_local(path: str, revision: str | None = None) -> dict:
     weight_map: dict[str, str] = {}
     absent: list[str] = []
     if os.path.exists(index_path):
-        weight_map = _check_index(_load_json_file(index_path, INDEX_NAME))
+        weight_map = _check_index(_load_json_file(index_path, INDEX_NAME, MAX_INDEX_BYTES))
         shards = sorted(set(weight_map.values()))
         missing = [s for s in shards if s not in present]
         if missing and len(missing) < len(shards):
@@ -423,7 +438,7 @@ def inspect_hub(repo_id: str, revision: str = "main", endpoint: str | None = Non
     session = get_session()
     headers_http = build_hf_headers(token=token)
 
-    def get_small(name: str) -> bytes:
+    def get_small(name: str, cap: int = MAX_CONFIG_BYTES) -> bytes:
         url = hf_hub_url(repo_id, name, revision=sha, endpoint=endpoint)
         with session.stream("GET", url, headers=headers_http, follow_redirects=True) as r:
             if r.status_code >= 400:
@@ -431,8 +446,8 @@ def inspect_hub(repo_id: str, revision: str = "main", endpoint: str | None = Non
             data = bytearray()
             for c in r.iter_bytes():
                 data += c
-                if len(data) > MAX_CONFIG_BYTES:
-                    raise CheckpointError(f"{name}: larger than {MAX_CONFIG_BYTES} bytes; not a config file")
+                if len(data) > cap:
+                    raise CheckpointError(f"{name}: larger than the {cap}-byte limit for this file")
             return bytes(data)
 
     if "config.json" not in files:
@@ -445,7 +460,7 @@ def inspect_hub(repo_id: str, revision: str = "main", endpoint: str | None = Non
     weight_map: dict[str, str] = {}
     if INDEX_NAME in files:
         try:
-            weight_map = _check_index(json.loads(get_small(INDEX_NAME)))
+            weight_map = _check_index(json.loads(get_small(INDEX_NAME, MAX_INDEX_BYTES)))
         except json.JSONDecodeError as e:
             raise CheckpointError(f"{INDEX_NAME}: not valid JSON ({e})") from None
         shards = sorted(set(weight_map.values()))

@@ -9,8 +9,22 @@ from __future__ import annotations
 
 import json
 import struct
+from math import prod
 
 from ansible.module_utils.modelfleet.errors import CheckpointError
+
+try:  # orjson parses a 1T checkpoint's ~50 MB of headers ~3x faster; the stdlib is the fallback on hosts
+    import orjson as _orjson
+
+    def loads(raw: bytes):
+        return _orjson.loads(raw)
+
+    JSONError: tuple = (_orjson.JSONDecodeError, UnicodeDecodeError)
+except ImportError:  # pragma: no cover - depends on the host
+    def loads(raw: bytes):
+        return json.loads(raw.decode("utf-8"))
+
+    JSONError = (json.JSONDecodeError, UnicodeDecodeError)
 
 MAX_HEADER_BYTES = 100 * 10**6
 
@@ -48,8 +62,8 @@ def parse_header(name: str, raw: bytes, header_len: int, file_size: int | None) 
     """Validate the JSON header and every tensor entry; return {tensor_name: {dtype, shape, data_offsets}}
     plus '__metadata__' if present."""
     try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        header = loads(raw)
+    except JSONError as e:
         raise CheckpointError(f"{name}: header is not valid JSON ({e.__class__.__name__}: {e})") from None
     if not isinstance(header, dict):
         raise CheckpointError(f"{name}: header is JSON but not an object")
@@ -57,25 +71,30 @@ def parse_header(name: str, raw: bytes, header_len: int, file_size: int | None) 
     for tname, entry in header.items():
         if tname == "__metadata__":
             continue
-        if not isinstance(entry, dict):
-            raise CheckpointError(f"{name}: tensor {tname!r} entry is not an object")
-        dtype, shape, offs = entry.get("dtype"), entry.get("shape"), entry.get("data_offsets")
-        if dtype not in DTYPE_BITS:
+        try:
+            dtype, shape, offs = entry["dtype"], entry["shape"], entry["data_offsets"]
+        except (TypeError, KeyError):
+            raise CheckpointError(f"{name}: tensor {tname!r} entry lacks dtype, shape or data_offsets") from None
+        bits = DTYPE_BITS.get(dtype) if isinstance(dtype, str) else None
+        if bits is None:
             raise CheckpointError(f"{name}: tensor {tname!r} has unknown dtype {dtype!r}")
-        if not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape):
+        try:
+            bad_shape = type(shape) is not list or bool(shape and min(shape) < 0)
+        except TypeError:
+            bad_shape = True
+        if bad_shape:
             raise CheckpointError(f"{name}: tensor {tname!r} has an invalid shape {shape!r}")
-        if (not isinstance(offs, list) or len(offs) != 2
-                or not all(isinstance(o, int) for o in offs) or not 0 <= offs[0] <= offs[1]):
+        if (type(offs) is not list or len(offs) != 2 or type(offs[0]) is not int or type(offs[1]) is not int
+                or not 0 <= offs[0] <= offs[1]):
             raise CheckpointError(f"{name}: tensor {tname!r} has invalid data_offsets {offs!r}")
         if data_size is not None and offs[1] > data_size:
             raise CheckpointError(
                 f"{name}: tensor {tname!r} data_offsets {offs} leave the file "
                 f"(data section is {data_size} bytes); the file is truncated or corrupt"
             )
-        elems = 1
-        for d in shape:
-            elems *= d
-        want = (elems * DTYPE_BITS[dtype] + 7) // 8
+        want = (prod(shape) * bits + 7) // 8
+        if type(want) is not int:
+            raise CheckpointError(f"{name}: tensor {tname!r} has an invalid shape {shape!r}")
         if offs[1] - offs[0] != want:
             raise CheckpointError(
                 f"{name}: tensor {tname!r} spans {offs[1] - offs[0]} bytes but shape {shape} x {dtype} "

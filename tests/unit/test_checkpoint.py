@@ -1,0 +1,272 @@
+"""checkpoint_inspect's logic against real configs and tensor layouts (tests/fixtures/checkpoints), a
+shape-faithful synthetic Kimi-K2.5 INT4 checkpoint, and malformed inputs."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import struct
+import subprocess
+import sys
+
+import pytest
+from ansible.module_utils.modelfleet.checkpoint import config_facts, inspect_local
+from ansible.module_utils.modelfleet.errors import CheckpointError
+from ansible.module_utils.modelfleet.safetensors_header import encode_header
+
+from tests.conftest import FIXTURES, ROOT
+
+CK = FIXTURES / "checkpoints"
+KIMI_TENSOR_BYTES = 595_148_192_736  # the inventory's rows re-summed (tests/fixtures/README.md)
+
+
+@pytest.fixture(scope="session")
+def kimi_synthetic(tmp_path_factory):
+    from modelfleet.harness.synthetic import write_checkpoint
+
+    out = tmp_path_factory.mktemp("kimi") / "Kimi-K2.5"
+    info = write_checkpoint(CK / "kimi-k2.5-tensor-inventory.md", CK / "kimi-k2.5-config.json", out)
+    assert info == {"shards": 64, "tensors": 208_550, "tensor_bytes": KIMI_TENSOR_BYTES}
+    return out
+
+
+def test_kimi_k25_int4_header_only(kimi_synthetic):
+    f = inspect_local(str(kimi_synthetic))
+    assert f["architecture"] == "KimiK25ForConditionalGeneration"
+    assert f["text_model_type"] in ("deepseek_v3", "kimi_k2")
+    assert f["attention"] == "mla"
+    assert (f["num_layers"], f["hidden_size"], f["num_experts"], f["experts_per_token"]) == (61, 7168, 384, 8)
+    assert f["vocab_size"] == 163840 and f["max_position_embeddings"] == 262144
+    assert f["num_shards"] == 64
+    assert f["tensor_bytes"] == KIMI_TENSOR_BYTES
+    # the files are the real apparent size: tensors + our headers (a few tens of MB)
+    assert KIMI_TENSOR_BYTES < f["shard_bytes"] < KIMI_TENSOR_BYTES + 40 * 10**6
+    q = f["quantization"]
+    assert q["method"] == "compressed-tensors"
+    assert (q["bits"], q["group_size"], q["symmetric"], q["format"]) == (4, 32, True, "pack-quantized")
+    assert q["kv_cache_scheme"] is None
+    assert "re:.*self_attn.*" in q["ignore"] and "lm_head" in q["ignore"]
+    # measured from the headers: 60 MoE layers x 384 experts x 3 projections, nothing else
+    assert f["quantized_tensors"] == 60 * 384 * 3 == q["quantized_tensors"]
+    assert f["quantized_by_kind"] == {"experts": 69120}
+    assert f["only_experts_quantized"] is True
+    assert f["unquantized_by_kind"]["attention"] == 61 * 5
+    assert f["bytes_by_dtype"]["I32"] == 60 * 384 * (7168 * 256 + 2048 * 896 * 2) * 4 + 60 * 384 * 3 * 2 * 4
+    # logical parameters: packed int32 holds 8 INT4 values; scales and weight_shape are not parameters
+    experts = 60 * 384 * 3 * 7168 * 2048
+    assert experts < f["num_parameters"] < experts + 40 * 10**9
+    assert 1.0e12 < f["num_parameters"] < 1.1e12
+    assert any("trust_remote_code" in w for w in f["warnings"])
+
+
+def test_kimi_inspection_reads_only_headers(kimi_synthetic):
+    """A traced run: the bytes read from the shards are exactly the header bytes."""
+    code = (
+        "import sys, builtins; sys.path.insert(0, {!r})\n"
+        "from modelfleet._paths import import_module_utils; import_module_utils()\n"
+        "total = 0\n"
+        "real_open = builtins.open\n"
+        "def counted(path, mode='r', *a, **k):\n"
+        "    f = real_open(path, mode, *a, **k)\n"
+        "    if str(path).endswith('.safetensors'):\n"
+        "        orig = f.read\n"
+        "        def read(n=-1):\n"
+        "            global total\n"
+        "            b = orig(n); total += len(b); return b\n"
+        "        f.read = read\n"
+        "    return f\n"
+        "builtins.open = counted\n"
+        "from ansible.module_utils.modelfleet.checkpoint import inspect_local\n"
+        "f = inspect_local({!r})\n"
+        "print(total, f['shard_bytes'] - f['tensor_bytes'])\n"
+    ).format(str(ROOT / "src"), str(kimi_synthetic))
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    read, header_bytes = int(out[0]), int(out[1])
+    assert read == header_bytes  # 8-byte prefixes + JSON headers, not one weight byte
+
+
+def test_config_only_directory_gives_config_facts(tmp_path):
+    shutil.copy(CK / "kimi-k2.5-config.json", tmp_path / "config.json")
+    f = inspect_local(str(tmp_path))
+    assert f["attention"] == "mla" and f["quantization"]["bits"] == 4
+    assert f["num_parameters"] is None and f["bytes_by_dtype"] is None
+    assert f["absent"] and "shard facts are absent" in f["absent"][0]
+
+
+def test_config_plus_index_without_shards(tmp_path, kimi_synthetic):
+    shutil.copy(CK / "kimi-k2.5-config.json", tmp_path / "config.json")
+    shutil.copy(kimi_synthetic / "model.safetensors.index.json", tmp_path)
+    f = inspect_local(str(tmp_path))
+    assert f["num_shards"] == 64
+    assert "no shard files present (64 listed" in f["absent"][0]
+
+
+@pytest.mark.parametrize("fixture,expect", [
+    ("deepseek-v3-config.json", {"attention": "mla", "num_experts": 256, "method": "fp8", "bits": 8}),
+    ("kimi-k2-instruct-config.json", {"attention": "mla", "num_experts": 384, "method": "fp8", "bits": 8}),
+    ("minimax-m2.7-config.json", {"attention": "gqa", "num_experts": 256, "method": "fp8", "bits": 8}),
+    ("qwen3-8b-config.json", {"attention": "gqa", "num_experts": 0, "method": "none", "bits": None}),
+])
+def test_real_configs(fixture, expect):
+    f = config_facts(json.loads((CK / fixture).read_text()))
+    got = {"attention": f["attention"], "num_experts": f["num_experts"],
+           "method": f["quantization"]["method"], "bits": f["quantization"]["bits"]}
+    assert got == expect
+
+
+def test_minimax_fp8_synthetic_counts(tmp_path):
+    from modelfleet.harness.synthetic import write_checkpoint
+
+    info = write_checkpoint(CK / "minimax-m2.7-tensor-inventory.md", CK / "minimax-m2.7-config.json", tmp_path)
+    f = inspect_local(str(tmp_path))
+    assert f["num_shards"] == info["shards"] == 125
+    assert f["quantized_by_kind"]["experts"] == 62 * 256 * 3
+    assert f["quantized_by_kind"]["attention"] > 0  # MiniMax FP8 quantizes attention too
+    assert f["only_experts_quantized"] is False
+
+
+def test_tiny_model(tiny_model):
+    f = inspect_local(str(tiny_model))
+    assert f["attention"] == "gqa" and f["num_shards"] == 3 and f["quantization"]["method"] == "none"
+    assert f["bytes_by_dtype"] == {"BF16": f["tensor_bytes"]}
+
+
+# ------------------------------------------------------------------ malformed inputs
+def _shard(path, tensors=None, raw_header=None, prefix=None, data_bytes=None, truncate=None):
+    tensors = tensors or {"w.weight": ("BF16", [4, 4])}
+    if raw_header is not None:
+        body = raw_header
+        pre = struct.pack("<Q", len(body)) + body
+        data = 32
+    else:
+        pre, data = encode_header(tensors)
+    if prefix is not None:
+        pre = prefix + pre[8:]
+    blob = pre + b"\0" * (data if data_bytes is None else data_bytes)
+    if truncate is not None:
+        blob = blob[:truncate]
+    path.write_bytes(blob)
+
+
+def _model(tmp_path, config=None, index=True, shards=("model-00001-of-00001.safetensors",)):
+    cfg = config if config is not None else {"architectures": ["LlamaForCausalLM"], "model_type": "llama",
+                                              "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2}
+    (tmp_path / "config.json").write_text(cfg if isinstance(cfg, str) else json.dumps(cfg))
+    if index:
+        (tmp_path / "model.safetensors.index.json").write_text(
+            json.dumps({"weight_map": {"w.weight": shards[0]}}) if index is True else index)
+    return tmp_path / shards[0]
+
+
+def _bad(tmp_path, **kw):
+    return kw
+
+
+GOOD = {"architectures": ["LlamaForCausalLM"], "hidden_size": 8, "num_hidden_layers": 1, "num_attention_heads": 2}
+
+MALFORMED = {
+    "truncated prefix": (lambda p: _shard(p, truncate=5), "truncated safetensors file"),
+    "empty shard": (lambda p: p.write_bytes(b""), "truncated safetensors file"),
+    "huge header length": (lambda p: _shard(p, prefix=struct.pack("<Q", 2**40)), "exceeds the 100000000-byte"),
+    "header past EOF": (lambda p: _shard(p, truncate=20), "runs past the end of the file"),
+    "header length zero": (lambda p: _shard(p, prefix=struct.pack("<Q", 0)), "too small"),
+    "bad JSON": (lambda p: _shard(p, raw_header=b"{not json"), "not valid JSON"),
+    "header not object": (lambda p: _shard(p, raw_header=b"[1,2,3]   "), "not an object"),
+    "header not utf8": (lambda p: _shard(p, raw_header=b'{"\xff\xfe": 1}'), "not valid JSON"),
+    "unknown dtype": (lambda p: _shard(p, raw_header=b'{"w.weight":{"dtype":"Q7","shape":[1],"data_offsets":[0,1]}}'),
+                      "unknown dtype 'Q7'"),
+    "negative dim": (lambda p: _shard(p, raw_header=b'{"w.weight":{"dtype":"U8","shape":[-1],"data_offsets":[0,1]}}'),
+                     "invalid shape"),
+    "string dim": (lambda p: _shard(p, raw_header=b'{"w.weight":{"dtype":"U8","shape":["a"],"data_offsets":[0,1]}}'),
+                   "invalid shape"),
+    "offsets reversed": (lambda p: _shard(p, raw_header=b'{"w":{"dtype":"U8","shape":[1],"data_offsets":[5,1]}}'),
+                         "invalid data_offsets"),
+    "offsets leave file": (lambda p: _shard(p, data_bytes=3), "leave the file"),
+    "offsets vs shape": (lambda p: _shard(p, raw_header=b'{"w":{"dtype":"BF16","shape":[4],"data_offsets":[0,4]}}'),
+                         "needs 8"),
+    "entry missing keys": (lambda p: _shard(p, raw_header=b'{"w.weight":{"dtype":"BF16"}}'),
+                           "lacks dtype, shape or data_offsets"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(MALFORMED))
+def test_malformed_shard(tmp_path, case):
+    make, needle = MALFORMED[case]
+    shard = _model(tmp_path)
+    make(shard)
+    with pytest.raises(CheckpointError) as e:
+        inspect_local(str(tmp_path))
+    msg = str(e.value)
+    assert "\n" not in msg
+    assert msg.startswith("model-00001-of-00001.safetensors:"), msg
+    assert needle in msg, msg
+
+
+CONFIG_CASES = {
+    "no architectures": ({"hidden_size": 8}, "no 'architectures' list"),
+    "architectures not list": ({**GOOD, "architectures": "Llama"}, "no 'architectures' list"),
+    "hidden_size missing": ({"architectures": ["X"], "num_hidden_layers": 1, "num_attention_heads": 1},
+                            "hidden_size is missing"),
+    "layers not int": ({**GOOD, "num_hidden_layers": "61"}, "num_hidden_layers is missing or not a positive"),
+    "unknown quant method": ({**GOOD, "quantization_config": {"quant_method": "gptq-magic"}},
+                             "unknown quantization method 'gptq-magic'"),
+    "compressed-tensors without groups": ({**GOOD, "quantization_config": {"quant_method": "compressed-tensors"}},
+                                          "has no config_groups"),
+    "config not JSON": ("{oops", "not valid JSON"),
+    "config not object": ("[1]", "not a JSON object"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CONFIG_CASES))
+def test_malformed_config(tmp_path, case):
+    cfg, needle = CONFIG_CASES[case]
+    _model(tmp_path, config=cfg)
+    with pytest.raises(CheckpointError) as e:
+        inspect_local(str(tmp_path))
+    assert str(e.value).startswith("config.json:"), str(e.value)
+    assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+def test_missing_shard_listed_in_index(tmp_path):
+    _model(tmp_path, index=json.dumps({"weight_map": {"a": "model-00001-of-00002.safetensors",
+                                                      "b": "model-00002-of-00002.safetensors"}}),
+           shards=("model-00001-of-00002.safetensors",))
+    _shard(tmp_path / "model-00001-of-00002.safetensors", tensors={"a": ("BF16", [2])})
+    with pytest.raises(CheckpointError, match=r"^model-00002-of-00002.safetensors: listed in model.safetensors.index"):
+        inspect_local(str(tmp_path))
+
+
+def test_index_names_tensor_absent_from_shard(tmp_path):
+    shard = _model(tmp_path, index=json.dumps({"weight_map": {"ghost": "model-00001-of-00001.safetensors"}}))
+    _shard(shard)
+    with pytest.raises(CheckpointError, match="tensor 'ghost' is mapped to model-00001-of-00001.safetensors"):
+        inspect_local(str(tmp_path))
+
+
+@pytest.mark.parametrize("index,needle", [
+    ("{bad", "not valid JSON"),
+    ('{"weight_map": {}}', "no 'weight_map'"),
+    ('{"weight_map": {"a": "../../etc/passwd.safetensors"}}', "invalid shard name"),
+])
+def test_malformed_index(tmp_path, index, needle):
+    _model(tmp_path, index=index)
+    with pytest.raises(CheckpointError) as e:
+        inspect_local(str(tmp_path))
+    assert str(e.value).startswith("model.safetensors.index.json:") and needle in str(e.value)
+
+
+def test_not_a_directory_and_no_config(tmp_path):
+    with pytest.raises(CheckpointError, match="not a directory"):
+        inspect_local(str(tmp_path / "nope"))
+    with pytest.raises(CheckpointError, match="no config.json"):
+        inspect_local(str(tmp_path))
+
+
+def test_cli_error_is_one_line_no_traceback(tmp_path):
+    _model(tmp_path)
+    (tmp_path / "model-00001-of-00001.safetensors").write_bytes(b"\x01")
+    r = subprocess.run([sys.executable, "-m", "modelfleet.cli", "inspect", str(tmp_path)], capture_output=True,
+                       text=True, cwd=ROOT, env={"PYTHONPATH": str(ROOT / "src"), "PATH": "/usr/bin:/bin"})
+    assert r.returncode == 2
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert "model-00001-of-00001.safetensors: truncated safetensors file" in r.stderr
