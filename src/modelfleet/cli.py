@@ -101,6 +101,47 @@ def cmd_plan(a) -> int:
     return 0 if result["fits"] else 1
 
 
+def cmd_plan_disk(a) -> int:
+    import os
+
+    from ansible.module_utils.modelfleet.disk import list_model_dirs, measure_fs, model_dirs_of_active_units, plan_disk
+    from ansible.module_utils.modelfleet.units import fmt_bytes, parse_size
+
+    if not os.path.exists(a.root):
+        raise ModelfleetError(f"--root {a.root} does not exist")
+    if not os.path.isdir(a.root):
+        raise ModelfleetError(f"--root {a.root} is not a directory")
+    try:
+        need = parse_size(a.need_bytes)
+        headroom = parse_size(a.headroom_bytes)
+    except ValueError as e:
+        raise ModelfleetError(f"--need-bytes/--headroom-bytes: {e}") from None
+    fs = measure_fs(a.root)
+    units = model_dirs_of_active_units() if not a.no_units else []
+    plan = plan_disk(root=a.root, free_bytes=fs["free_bytes"], total_bytes=fs["total_bytes"], required_bytes=need,
+                     candidates=list_model_dirs(a.root), headroom_bytes=headroom,
+                     headroom_percent=a.headroom_percent, explicit=tuple(a.delete), protected=tuple(a.protect),
+                     in_use=tuple(a.in_use) + tuple(u["model"] for u in units), deploying=tuple(a.deploying))
+    plan["filesystem"] = fs
+    plan["active_units"] = units
+
+    def human(p):
+        print(f"models root {p['root']} ({fs['source']}): free {fmt_bytes(p['free_bytes'])} of "
+              f"{fmt_bytes(p['total_bytes'])}")
+        print(f"need {fmt_bytes(p['need_bytes'])} (required {fmt_bytes(p['required_bytes'])} + headroom "
+              f"{fmt_bytes(p['headroom_bytes'])}); shortfall {fmt_bytes(p['shortfall_bytes'])}")
+        for d in p["delete"]:
+            print(f"  delete now: {d['path']}  frees {fmt_bytes(d['bytes'])}")
+        for d in p["delete_after_verify"]:
+            print(f"  delete after the new model is verified: {d['path']}  frees {fmt_bytes(d['bytes'])}")
+        for r in p["refused"]:
+            print(f"  never: {r['path']} ({r['reason']})")
+        print(p["message"])
+
+    _emit(plan, a.json, human)
+    return 0 if plan["feasible"] else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="modelfleet", description=__doc__.splitlines()[0])
     ap.add_argument("--version", action="version", version=f"modelfleet {__version__}")
@@ -128,6 +169,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--endpoint")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
+
+    p = sub.add_parser("plan-disk", help="which model directories to delete to make room (deletes nothing)")
+    p.add_argument("--root", required=True, help="the models root")
+    p.add_argument("--need-bytes", required=True, help="bytes needed: an integer, or e.g. 595GB / 554GiB")
+    p.add_argument("--headroom-bytes", default="0")
+    p.add_argument("--headroom-percent", type=float, default=0.0)
+    p.add_argument("--delete", action="append", default=[], metavar="PATH", help="delete this first (repeatable)")
+    p.add_argument("--protect", action="append", default=[], metavar="PATH")
+    p.add_argument("--in-use", action="append", default=[], metavar="PATH")
+    p.add_argument("--deploying", action="append", default=[], metavar="PATH")
+    p.add_argument("--no-units", action="store_true", help="do not read active systemd units")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_plan_disk)
     return ap
 
 

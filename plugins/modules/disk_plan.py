@@ -1,0 +1,144 @@
+#!/usr/bin/python
+"""Ansible module shell over modelfleet's disk arithmetic (plugins/module_utils/modelfleet/disk.py)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: disk_plan
+short_description: Plan exactly which model directories to delete to make room, never what is in use
+description:
+  - Measures the models root (statvfs C(f_bavail), or the ZFS dataset's C(available)), every model
+    directory's allocated and apparent bytes, and which model directories active vLLM units serve
+    (read from systemd on the host).
+  - Returns the shortest deletion list (explicit entries first, then least recently used) that covers
+    the shortfall for O(required_bytes) plus headroom, and the explicit entries deferred until after the
+    new model is verified. Never proposes a path outside the root, the root itself, a protected path,
+    a model in use or the model being deployed.
+  - Read-only, it deletes nothing (the storage_cleanup role does, from this plan).
+version_added: "0.1.0"
+author: modelfleet
+options:
+  root:
+    description: The models root.
+    type: path
+    required: true
+  required_bytes:
+    description: Bytes the new model needs (e.g. C(checkpoint.total_bytes) from checkpoint_inspect).
+    type: raw
+    required: true
+  headroom_bytes:
+    description: Bytes to keep free beyond the model.
+    type: int
+    default: 0
+  headroom_percent:
+    description: Percent of the filesystem to keep free beyond the model (the larger headroom wins).
+    type: float
+    default: 0.0
+  explicit:
+    description: Model directories to delete first (in this order).
+    type: list
+    elements: path
+    default: []
+  protected:
+    description: Paths under the root never to delete.
+    type: list
+    elements: path
+    default: []
+  in_use:
+    description: Extra in-use model directories (added to those found from active units).
+    type: list
+    elements: path
+    default: []
+  deploying:
+    description: The directories of the model being deployed (final and staging).
+    type: list
+    elements: path
+    default: []
+  present_bytes:
+    description: Bytes of the target already on disk (a partial download), subtracted from the need.
+    type: int
+    default: 0
+  defer_explicit:
+    description: Explicit entries not needed to cover the shortfall are deferred until after verification.
+    type: bool
+    default: true
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Plan room for Kimi-K2.5
+  disk_plan:
+    root: /models
+    required_bytes: "{{ __checkpoint.checkpoint.total_bytes }}"
+    headroom_percent: 5
+    explicit: [/models/Kimi-K2.5-NVFP4]
+  register: __disk
+"""
+
+RETURN = r"""
+plan:
+  description: >-
+    free_bytes, required_bytes, shortfall_bytes, delete (list of path and bytes), delete_after_verify,
+    refused (list of path and reason), feasible, free_after_* figures, figures (bytes, GB and GiB), message.
+  returned: always
+  type: dict
+"""
+
+import os
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.modelfleet.disk import list_model_dirs, measure_fs, model_dirs_of_active_units, plan_disk
+from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible.module_utils.modelfleet.units import parse_size
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "root": {"type": "path", "required": True},
+            "required_bytes": {"type": "raw", "required": True},
+            "headroom_bytes": {"type": "int", "default": 0},
+            "headroom_percent": {"type": "float", "default": 0.0},
+            "explicit": {"type": "list", "elements": "path", "default": []},
+            "protected": {"type": "list", "elements": "path", "default": []},
+            "in_use": {"type": "list", "elements": "path", "default": []},
+            "deploying": {"type": "list", "elements": "path", "default": []},
+            "present_bytes": {"type": "int", "default": 0},
+            "defer_explicit": {"type": "bool", "default": True},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    root = p["root"]
+    if not os.path.exists(root):
+        module.fail_json(msg=f"models root {root} does not exist; create it or set the right root")
+    if not os.path.isdir(root):
+        module.fail_json(msg=f"models root {root} is not a directory")
+    try:
+        required = parse_size(p["required_bytes"])
+    except ValueError as e:
+        module.fail_json(msg=f"required_bytes: {e}")
+    try:
+        fs = measure_fs(root)
+        units = model_dirs_of_active_units()
+        plan = plan_disk(root=root, free_bytes=fs["free_bytes"], total_bytes=fs["total_bytes"],
+                         required_bytes=required, candidates=list_model_dirs(root),
+                         headroom_bytes=p["headroom_bytes"], headroom_percent=p["headroom_percent"],
+                         explicit=tuple(p["explicit"]), protected=tuple(p["protected"]),
+                         in_use=tuple(p["in_use"]) + tuple(u["model"] for u in units),
+                         deploying=tuple(p["deploying"]), present_bytes=p["present_bytes"],
+                         defer_explicit=p["defer_explicit"])
+    except ModelfleetError as e:
+        module.fail_json(msg=str(e))
+    plan["filesystem"] = fs
+    plan["active_units"] = units
+    module.exit_json(changed=False, plan=plan)
+
+
+if __name__ == "__main__":
+    main()
