@@ -246,6 +246,9 @@ def plan_disk(*, root: str, free_bytes: int, total_bytes: int, required_bytes: i
                                                     ("free_after_verify_cleanup", free_after_cleanup))
                     if v is not None},
     }
+    out["summary"] = (f"free {fmt_bytes(free_bytes)}; need {fmt_bytes(need)} (required {fmt_bytes(required_bytes)}"
+                      f" + headroom {fmt_bytes(headroom)} - present {fmt_bytes(max(0, present_bytes))}); "
+                      f"shortfall {fmt_bytes(shortfall)}")
     if not feasible:
         out["message"] = (f"cannot make room: need {fmt_bytes(need)} (required {fmt_bytes(required_bytes)} + "
                           f"headroom {fmt_bytes(headroom)} - present {fmt_bytes(present_bytes)}), free "
@@ -297,3 +300,80 @@ def model_from_exec_start(exec_start: str) -> str | None:
         if a == "serve" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
             return argv[i + 1]
     return None
+
+
+# --------------------------------------------------------------------------- applying a plan
+class HostLock:
+    """A host-wide advisory lock (flock) on a file, so two runs cannot plan and delete at once.
+    Non-blocking by default: a second run fails at once naming the holder rather than waiting."""
+
+    def __init__(self, path: str, owner: str = "", wait_seconds: float = 0.0):
+        self.path, self.owner, self.wait = path, owner, wait_seconds
+        self.fd = None
+
+    def __enter__(self):
+        import fcntl
+        import time
+
+        os.makedirs(os.path.dirname(self.path), exist_ok=True)
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + self.wait
+        while True:
+            try:
+                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() >= deadline:
+                    try:
+                        holder = os.pread(self.fd, 4096, 0).decode(errors="replace").strip()
+                    except OSError:
+                        holder = "?"
+                    os.close(self.fd)
+                    raise DiskPlanError(f"another modelfleet run holds the storage lock {self.path} ({holder}); "
+                                        "wait for it to finish") from None
+                time.sleep(0.2)
+        os.ftruncate(self.fd, 0)
+        os.pwrite(self.fd, f"pid={os.getpid()} {self.owner}".encode(), 0)
+        return self
+
+    def __exit__(self, *exc):
+        import fcntl
+
+        os.ftruncate(self.fd, 0)
+        fcntl.flock(self.fd, fcntl.LOCK_UN)
+        os.close(self.fd)
+
+
+def delete_model_dir(root: str, path: str, realpath=os.path.realpath) -> int:
+    """Remove one model directory safely: re-check it is a real directory strictly inside the root,
+    drop its completion marker first (so a crash never leaves something that looks complete), move it
+    to <root>/.trash-* atomically (same filesystem), then remove it. Returns bytes freed (blocks)."""
+    import time
+
+    rroot, rp = realpath(root), realpath(path)
+    if os.path.islink(path) or not os.path.isdir(path):
+        raise DiskPlanError(f"{path}: not a real directory; refusing to delete")
+    if not _inside(rp, rroot) or rp == rroot:
+        raise DiskPlanError(f"{path}: resolves to {rp}, not strictly inside {rroot}; refusing to delete")
+    freed = dir_usage(rp)["exclusive_allocated_bytes"]
+    marker = os.path.join(rp, MARKER_DIR, COMPLETE)
+    if os.path.exists(marker):
+        os.unlink(marker)
+    trash = os.path.join(rroot, f".trash-{os.path.basename(rp)}-{int(time.time() * 1000)}")
+    os.rename(rp, trash)
+    shutil.rmtree(trash)
+    parent = os.path.dirname(rp)
+    if parent != rroot and _inside(parent, rroot) and not os.listdir(parent):
+        os.rmdir(parent)  # an <org>--<name> folder left empty
+    return freed
+
+
+def purge_trash(root: str) -> list[str]:
+    """Finish deletions a crash interrupted (leftover .trash-* dirs)."""
+    done = []
+    for e in os.listdir(root):
+        t = os.path.join(root, e)
+        if e.startswith(".trash-") and os.path.isdir(t) and not os.path.islink(t):
+            shutil.rmtree(t)
+            done.append(e)
+    return done

@@ -1,0 +1,168 @@
+#!/usr/bin/python
+"""Ansible module shell: plan (disk.plan_disk) and delete under a host-wide lock."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: storage_reclaim
+short_description: Free exactly the space a new model needs, under a host-wide lock, keeping the fallback
+description:
+  - Takes a host-wide lock, measures and plans (the same plan as M(disk_plan), computed inside the
+    lock so it cannot be stale), then deletes the planned model directories one by one (completion
+    marker first, atomic move to a trash folder, removal) and logs each deletion.
+  - O(mode=make_room) deletes only what the shortfall needs. If that includes a fallback path (the
+    model a new one replaces) and O(allow_delete_fallback) is false, it fails before deleting anything.
+    Explicit deletions not needed now are returned as C(delete_after_verify).
+  - O(mode=remove_explicit) deletes the O(explicit) entries (used after the new model has been
+    verified and is serving), re-checking every guard.
+  - Check mode computes the plan and deletes nothing. Diff mode shows the model directories before and after.
+version_added: "0.1.0"
+author: modelfleet
+options:
+  root: {description: The models root., type: path, required: true}
+  required_bytes: {description: Bytes the new model needs (make_room)., type: raw, default: 0}
+  headroom_bytes: {description: Bytes to keep free beyond the model., type: int, default: 0}
+  headroom_percent: {description: Percent of the filesystem to keep free (the larger headroom wins)., type: float, default: 0.0}
+  explicit: {description: Model directories to delete first, in order., type: list, elements: path, default: []}
+  protected: {description: Paths under the root never to delete., type: list, elements: path, default: []}
+  in_use: {description: Extra in-use model directories (added to those found from active units)., type: list, elements: path, default: []}
+  deploying: {description: Directories of the model being deployed., type: list, elements: path, default: []}
+  fallback: {description: Model directories that are the fallback for the new model., type: list, elements: path, default: []}
+  allow_delete_fallback: {description: Allow deleting a fallback before the new model is verified., type: bool, default: false}
+  present_bytes: {description: Bytes of the target already on disk., type: int, default: 0}
+  mode: {description: What to do., type: str, choices: [make_room, remove_explicit], default: make_room}
+  log_path: {description: JSON-lines log of deletions., type: path, default: /var/log/modelfleet/storage.log}
+  lock_path: {description: The host-wide lock file., type: path, default: /run/lock/modelfleet-storage.lock}
+  lock_wait_seconds: {description: How long to wait for another run's lock., type: float, default: 0}
+  run_id: {description: Identifies this run in the lock and the log., type: str, default: ""}
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: full
+"""
+
+EXAMPLES = r"""
+- name: Make room for Kimi-K2.5, keeping the NVFP4 fallback if space allows
+  storage_reclaim:
+    root: /models
+    required_bytes: 595148192736
+    headroom_percent: 5
+    explicit: [/models/Kimi-K2.5-NVFP4]
+    fallback: [/models/Kimi-K2.5-NVFP4]
+"""
+
+RETURN = r"""
+plan: {description: The plan computed under the lock (see disk_plan)., returned: always, type: dict}
+deleted:
+  description: Deleted directories with the bytes each freed.
+  returned: always
+  type: list
+  elements: dict
+free_bytes_after: {description: Free bytes measured after deleting., returned: always, type: int}
+"""
+
+import json
+import os
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.modelfleet.disk import (
+    HostLock,
+    delete_model_dir,
+    list_model_dirs,
+    measure_fs,
+    model_dirs_of_active_units,
+    plan_disk,
+    purge_trash,
+)
+from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible.module_utils.modelfleet.units import fmt_bytes, parse_size
+
+
+def _log(path: str, record: dict) -> None:
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "a") as f:
+        f.write(json.dumps(record, sort_keys=True) + "\n")
+
+
+def main():
+    spec = {
+        "root": {"type": "path", "required": True},
+        "required_bytes": {"type": "raw", "default": 0},
+        "headroom_bytes": {"type": "int", "default": 0},
+        "headroom_percent": {"type": "float", "default": 0.0},
+        "explicit": {"type": "list", "elements": "path", "default": []},
+        "protected": {"type": "list", "elements": "path", "default": []},
+        "in_use": {"type": "list", "elements": "path", "default": []},
+        "deploying": {"type": "list", "elements": "path", "default": []},
+        "fallback": {"type": "list", "elements": "path", "default": []},
+        "allow_delete_fallback": {"type": "bool", "default": False},
+        "present_bytes": {"type": "int", "default": 0},
+        "mode": {"type": "str", "choices": ["make_room", "remove_explicit"], "default": "make_room"},
+        "log_path": {"type": "path", "default": "/var/log/modelfleet/storage.log"},
+        "lock_path": {"type": "path", "default": "/run/lock/modelfleet-storage.lock"},
+        "lock_wait_seconds": {"type": "float", "default": 0},
+        "run_id": {"type": "str", "default": ""},
+    }
+    module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
+    p = module.params
+    root = p["root"]
+    if not os.path.exists(root):
+        module.fail_json(msg=f"models root {root} does not exist; create it or set the right root")
+    if not os.path.isdir(root):
+        module.fail_json(msg=f"models root {root} is not a directory")
+    try:
+        required = parse_size(p["required_bytes"])
+    except ValueError as e:
+        module.fail_json(msg=f"required_bytes: {e}")
+    deleted = []
+    try:
+        with HostLock(p["lock_path"], owner=p["run_id"], wait_seconds=p["lock_wait_seconds"]):
+            if not module.check_mode:
+                purge_trash(root)
+            fs = measure_fs(root)
+            units = model_dirs_of_active_units()
+            candidates = list_model_dirs(root)
+            before = sorted(c["path"] for c in candidates)
+            remove_all = p["mode"] == "remove_explicit"
+            plan = plan_disk(root=root, free_bytes=fs["free_bytes"], total_bytes=fs["total_bytes"],
+                             required_bytes=0 if remove_all else required, candidates=candidates,
+                             headroom_bytes=0 if remove_all else p["headroom_bytes"],
+                             headroom_percent=0.0 if remove_all else p["headroom_percent"],
+                             explicit=tuple(p["explicit"]), protected=tuple(p["protected"]),
+                             in_use=tuple(p["in_use"]) + tuple(u["model"] for u in units),
+                             deploying=tuple(p["deploying"]), present_bytes=p["present_bytes"])
+            plan["filesystem"], plan["active_units"] = fs, units
+            todo = plan["delete_after_verify"] if remove_all else plan["delete"]
+            if not remove_all and not plan["feasible"]:
+                module.fail_json(msg=plan["message"], plan=plan, deleted=[])
+            fallbacks = {os.path.realpath(f) for f in p["fallback"]}
+            early = [d["path"] for d in todo if os.path.realpath(d["path"]) in fallbacks]
+            if early and not remove_all and not p["allow_delete_fallback"]:
+                module.fail_json(
+                    msg=(f"space does not allow keeping the fallback until the new model is verified: covering the "
+                         f"shortfall of {fmt_bytes(plan['shortfall_bytes'])} means deleting {', '.join(early)} first. "
+                         "Set allow_delete_fallback (storage_cleanup_allow_delete_fallback: true) to accept that, or "
+                         "free space elsewhere. Nothing was deleted."),
+                    plan=plan, deleted=[])
+            if not module.check_mode:
+                for d in todo:
+                    freed = delete_model_dir(root, d["path"])
+                    rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "path": d["path"],
+                           "bytes": freed, "mode": p["mode"], "run_id": p["run_id"], "host_pid": os.getpid()}
+                    _log(p["log_path"], rec)
+                    deleted.append(rec)
+            after_fs = measure_fs(root) if not module.check_mode else fs
+    except ModelfleetError as e:
+        module.fail_json(msg=str(e), deleted=deleted)
+    gone = {d["path"] for d in todo}
+    module.exit_json(changed=bool(todo), plan=plan, deleted=deleted, free_bytes_after=after_fs["free_bytes"],
+                     would_delete=[d["path"] for d in todo] if module.check_mode else [],
+                     diff={"before": "\n".join(before) + "\n",
+                           "after": "\n".join(x for x in before if x not in gone) + "\n"})
+
+
+if __name__ == "__main__":
+    main()
