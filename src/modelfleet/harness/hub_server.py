@@ -26,9 +26,12 @@ REPO_API_RE = re.compile(r"^/api/models/([^/]+)/([^/]+)/revision/")
 
 
 class HarnessLayer:
-    def __init__(self, app, mirrors: str, stats_file: str | None = None, fail_file: str | None = None):
+    def __init__(self, app, mirrors: str, stats_file: str | None = None, fail_file: str | None = None,
+                 rate_file: str | None = None, stall_file: str | None = None):
         self.app = app
         self.mirrors = mirrors
+        self.rate_file = rate_file    # holds bytes/s: file bodies are sent at that rate (a slow link)
+        self.stall_file = stall_file  # while it exists, file bodies stop mid-way (a stalled link)
         self.stats = {"bytes_served": 0, "requests": 0, "by_path": {}}
         self.stats_file = stats_file
         self.fail_file = fail_file  # if this file exists, file downloads answer 503 (endpoint-down tests)
@@ -132,7 +135,31 @@ class HarnessLayer:
                 os.replace(tmp, self.stats_file)
         state["sent"] = True
         await send({"type": "http.response.start", "status": status, "headers": hdrs})
+        if is_file and not is_head and status in (200, 206) and len(body) > 65536 and (
+                self._rate() or (self.stall_file and os.path.exists(self.stall_file))):
+            await self._send_slowly(send, body)
+            return
         await send({"type": "http.response.body", "body": body})
+
+    def _rate(self) -> float:
+        try:
+            with open(self.rate_file) as f:
+                return float(f.read().strip() or 0)
+        except (OSError, TypeError, ValueError):
+            return 0.0
+
+    async def _send_slowly(self, send, body: bytes) -> None:
+        import asyncio
+
+        chunk = 65536
+        for i in range(0, len(body), chunk):
+            while self.stall_file and os.path.exists(self.stall_file):
+                await asyncio.sleep(0.2)  # the link delivers nothing while the switch is on
+            await send({"type": "http.response.body", "body": body[i:i + chunk], "more_body": True})
+            rate = self._rate()
+            if rate > 0:
+                await asyncio.sleep(chunk / rate)
+        await send({"type": "http.response.body", "body": b""})
 
 
 def main(argv=None) -> int:
@@ -142,6 +169,8 @@ def main(argv=None) -> int:
     ap.add_argument("--host", default="127.0.0.1")
     ap.add_argument("--stats-file")
     ap.add_argument("--fail-file", help="while this file exists, file downloads answer 503")
+    ap.add_argument("--rate-file", help="a file holding bytes/s: file bodies are sent at that rate")
+    ap.add_argument("--stall-file", help="while this file exists, file bodies stop mid-way")
     a = ap.parse_args(argv)
     if not a.host.startswith("127.") and a.host not in ("localhost", "::1"):
         print("hub_server: refusing to bind outside loopback", file=sys.stderr)
@@ -164,7 +193,8 @@ def main(argv=None) -> int:
     from olah import server
 
     server.init()
-    layer = HarnessLayer(server.app, os.path.abspath(a.mirrors), a.stats_file, a.fail_file)
+    layer = HarnessLayer(server.app, os.path.abspath(a.mirrors), a.stats_file, a.fail_file, a.rate_file,
+                         a.stall_file)
     uvicorn.run(layer, host=a.host, port=a.port,
                 log_level="warning")
     return 0

@@ -79,7 +79,8 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, lo
 
 
 def start_hub(mirrors: str | Path, log_dir: str | Path, port: int | None = None, fail_file: str | None = None,
-              stats_file: str | None = None, timeout: float = 30) -> ServerProcess:
+              stats_file: str | None = None, rate_file: str | None = None, stall_file: str | None = None,
+              timeout: float = 30) -> ServerProcess:
     py = HUB_VENV / "bin" / "python"
     if not py.exists():
         raise RuntimeError(f"the local hub server venv is missing ({HUB_VENV}); run scripts/setup.sh --hub")
@@ -90,11 +91,16 @@ def start_hub(mirrors: str | Path, log_dir: str | Path, port: int | None = None,
         cmd += ["--fail-file", str(fail_file)]
     if stats_file:
         cmd += ["--stats-file", str(stats_file)]
+    if rate_file:
+        cmd += ["--rate-file", str(rate_file)]
+    if stall_file:
+        cmd += ["--stall-file", str(stall_file)]
     with open(log, "w") as lf:
         proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True,
                                 env=dict(os.environ, PYTHONUNBUFFERED="1"))
     url = f"http://127.0.0.1:{port}"
-    srv = ServerProcess("hub", proc, url, log)
+    srv = ServerProcess("hub", proc, url, log, {"fail_file": fail_file, "rate_file": rate_file,
+                                                "stall_file": stall_file})
     try:
         wait_http(url + "/_modelfleet/stats", timeout, proc, log, "local hub server")
     except Exception:
@@ -137,3 +143,15 @@ if __name__ == "__main__":  # manual use: python -m modelfleet.harness.servers h
     if kind == "hub":
         s = start_hub(sys.argv[2], "/tmp")
         print(s.url, s.pid)
+
+
+def hub_stats(url: str) -> dict:
+    import json
+
+    with urllib.request.urlopen(url + "/_modelfleet/stats", timeout=5) as r:
+        return json.loads(r.read())
+
+
+def hub_reset(url: str) -> None:
+    with urllib.request.urlopen(url + "/_modelfleet/reset", timeout=5):
+        pass
