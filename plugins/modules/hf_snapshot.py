@@ -28,6 +28,7 @@ options:
   max_workers: {description: Parallel file downloads., type: int, default: 8}
   stall_seconds: {description: Seconds without new bytes before the transfer is restarted., type: float, default: 120}
   max_stalls: {description: Restarts allowed before failing., type: int, default: 3}
+  verify_existing: {description: 'Re-check a complete model: none, size (cheap), or full (sha256 of every file); a bad file is fetched again.', type: str, choices: [none, size, full], default: size}
   owner: {description: Owner of the final files., type: str, default: root}
   group: {description: Group of the final files., type: str, default: root}
 attributes:
@@ -64,7 +65,9 @@ from ansible.module_utils.modelfleet.fetch import (
     finalize,
     is_complete,
     model_paths,
+    prepare_staging,
     refetch_file,
+    reopen_complete,
     verify_tree,
     write_status,
 )
@@ -80,6 +83,7 @@ def main():
             "max_workers": {"type": "int", "default": 8},
             "stall_seconds": {"type": "float", "default": 120},
             "max_stalls": {"type": "int", "default": 3},
+            "verify_existing": {"type": "str", "choices": ["none", "size", "full"], "default": "size"},
             "owner": {"type": "str", "default": "root"},
             "group": {"type": "str", "default": "root"},
         },
@@ -96,8 +100,16 @@ def main():
             module.fail_json(msg=f"cannot read token file {p['token_file']}: {e.strerror}")
     try:
         paths = model_paths(p["root"], lock["repo_id"], lock["revision"])
+        reopened = None
         if is_complete(paths["final"], lock["revision"]):
-            module.exit_json(changed=False, final=paths["final"], bytes=lock["total_bytes"], already_complete=True)
+            if p["verify_existing"] == "none":
+                module.exit_json(changed=False, final=paths["final"], bytes=lock["total_bytes"], already_complete=True)
+            if module.check_mode:
+                module.exit_json(changed=False, final=paths["final"], bytes=lock["total_bytes"], already_complete=True)
+            reopened = reopen_complete(paths["final"], paths["staging"], lock, p["verify_existing"] == "full")
+            if reopened["ok"]:
+                module.exit_json(changed=False, final=paths["final"], bytes=lock["total_bytes"], already_complete=True,
+                                 verify={k: reopened[k] for k in ("bytes_hashed", "mb_per_s")})
         if module.check_mode:
             module.exit_json(changed=True, final=paths["final"], bytes=lock["total_bytes"],
                              msg=f"would fetch {len(lock['files'])} files, {lock['total_bytes']} bytes")
@@ -109,14 +121,20 @@ def main():
         if not os.access(paths["staging"], os.W_OK):
             raise FetchError(f"{paths['staging']} is not writable")
         events = []
-        dl = download_with_watchdog(repo_id=lock["repo_id"], lock=lock, staging=paths["staging"],
-                                    status_path=paths["status"], endpoint=p["endpoint"], token=token,
-                                    max_workers=p["max_workers"], stall_seconds=p["stall_seconds"],
-                                    max_stalls=p["max_stalls"], log=events.append)
+        if reopened:
+            events.append(f"complete model failed re-verification: {[b['name'] for b in reopened['bad']]}")
+        pre = prepare_staging(paths["staging"], lock)
+        todo_lock = dict(lock, files=pre["todo"])
+        dl = {"attempts": 0, "stalls": 0, "seconds": 0.0}
+        if pre["todo"]:
+            dl = download_with_watchdog(repo_id=lock["repo_id"], lock=todo_lock, staging=paths["staging"],
+                                        status_path=paths["status"], endpoint=p["endpoint"], token=token,
+                                        max_workers=p["max_workers"], stall_seconds=p["stall_seconds"],
+                                        max_stalls=p["max_stalls"], log=events.append)
         write_status(paths["status"], {"state": "verifying", "repo_id": lock["repo_id"], "revision": lock["revision"],
                                        "bytes_done": lock["total_bytes"], "bytes_total": lock["total_bytes"],
                                        "updated_at": time.time()})
-        v = verify_tree(paths["staging"], lock)
+        v = verify_tree(paths["staging"], todo_lock)
         refetched = []
         if not v["ok"]:
             for bad in v["bad"]:
@@ -140,8 +158,10 @@ def main():
     except OSError as e:
         module.fail_json(msg=f"fetch failed writing under {p['root']}: {e} (no space? unwritable target?); "
                              "nothing was marked complete")
+    fetched_bytes = sum(e["size"] for e in pre["todo"])
     module.exit_json(changed=True, final=paths["final"], bytes=lock["total_bytes"], events=events,
-                     download={**dl, "bytes_per_s": lock["total_bytes"] / max(dl["seconds"], 1e-9)},
+                     kept=pre["kept"], fetched=[e["name"] for e in pre["todo"]], fetched_bytes=fetched_bytes,
+                     download={**dl, "bytes_per_s": fetched_bytes / max(dl["seconds"], 1e-9)},
                      verify={"bytes_hashed": v["bytes_hashed"], "seconds": round(v["seconds"], 3),
                              "mb_per_s": round(v["mb_per_s"], 1), "refetched": refetched})
 

@@ -18,6 +18,8 @@ options:
   lock: {description: The lock from hf_lock., type: dict, required: true}
   source: {description: 'Directory holding the received files (default: the staging path).', type: path}
   finalize: {description: Move into place and write the completion marker., type: bool, default: true}
+  level: {description: 'For an already complete model: size (cheap) or full (sha256 of every file).', type: str, choices: [size, full], default: full}
+  reopen_bad: {description: 'If a complete model fails, take it back to staging (marker removed) so only the bad files are fetched again, instead of failing.', type: bool, default: false}
   owner: {description: Owner of the final files., type: str, default: root}
   group: {description: Group of the final files., type: str, default: root}
 attributes:
@@ -42,7 +44,16 @@ import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.fetch import finalize, is_complete, model_paths, verify_tree
+from ansible.module_utils.modelfleet.fetch import finalize, is_complete, model_paths, reopen_complete, verify_tree
+
+
+def reopen_check(paths, lock):
+    import os
+
+    bad = [{"name": e["name"], "ok": False, "reason": "missing or wrong size"} for e in lock["files"]
+           if not os.path.isfile(os.path.join(paths["final"], e["name"]))
+           or os.path.getsize(os.path.join(paths["final"], e["name"])) != e["size"]]
+    return {"ok": not bad, "bad": bad, "bytes_hashed": 0, "seconds": 0, "mb_per_s": 0}
 
 
 def main():
@@ -52,6 +63,8 @@ def main():
             "lock": {"type": "dict", "required": True},
             "source": {"type": "path"},
             "finalize": {"type": "bool", "default": True},
+            "level": {"type": "str", "choices": ["size", "full"], "default": "full"},
+            "reopen_bad": {"type": "bool", "default": False},
             "owner": {"type": "str", "default": "root"},
             "group": {"type": "str", "default": "root"},
         },
@@ -62,11 +75,17 @@ def main():
     try:
         paths = model_paths(p["root"], lock["repo_id"], lock["revision"])
         if is_complete(paths["final"], lock["revision"]) and not p["source"]:
-            v = verify_tree(paths["final"], lock)
+            if module.check_mode or not p["reopen_bad"]:
+                v = verify_tree(paths["final"], lock) if p["level"] == "full" else reopen_check(paths, lock)
+            else:
+                v = reopen_complete(paths["final"], paths["staging"], lock, p["level"] == "full")
             if not v["ok"]:
                 b = v["bad"][0]
+                if p["reopen_bad"] and not module.check_mode:
+                    module.exit_json(changed=True, reopened=True, final=paths["final"], verify=v,
+                                     msg=f"{b['name']}: {b['reason']}; reopened for re-fetch")
                 module.fail_json(msg=f"{paths['final']}/{b['name']}: {b['reason']}", verify=v)
-            module.exit_json(changed=False, final=paths["final"], verify=v)
+            module.exit_json(changed=False, reopened=False, final=paths["final"], verify=v)
         src = p["source"] or paths["staging"]
         v = verify_tree(src, lock)
         if not v["ok"]:
@@ -79,7 +98,7 @@ def main():
         finalize(src, paths["final"], lock, owner)
     except (ModelfleetError, OSError, KeyError) as e:
         module.fail_json(msg=str(e))
-    module.exit_json(changed=True, final=paths["final"], verify=v)
+    module.exit_json(changed=True, reopened=False, final=paths["final"], verify=v)
 
 
 if __name__ == "__main__":

@@ -204,8 +204,20 @@ def write_status(path: str, status: dict) -> None:
 
 
 # --------------------------------------------------------------------------- download
+def _die_with_parent() -> None:
+    """Linux: deliver SIGKILL to this process when its parent dies, so a killed fetch leaves no orphan
+    download writing into staging."""
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _child_download(repo_id, commit, staging, names, endpoint, token, max_workers):
     os.setsid()
+    _die_with_parent()
     os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
     os.environ.pop("HF_TOKEN", None)
     from huggingface_hub import snapshot_download
@@ -224,7 +236,7 @@ def download_with_watchdog(*, repo_id: str, lock: dict, staging: str, status_pat
 
     ctx = mp.get_context("fork")
     names = [f["name"] for f in lock["files"]]
-    total = lock["total_bytes"]
+    total = sum(f["size"] for f in lock["files"])
     stalls = attempts = 0
     samples: list[tuple[float, int]] = []
     started = time.time()
@@ -271,6 +283,49 @@ def download_with_watchdog(*, repo_id: str, lock: dict, staging: str, status_pat
             raise FetchError(f"{repo_id}@{lock['revision'][:12]}: transfer stalled or failed {stalls} times "
                              f"(last: {why}); the hub or network is not delivering - check the endpoint, then rerun "
                              "(completed files are kept)")
+
+
+def prepare_staging(staging: str, lock: dict) -> dict:
+    """Check what a previous, interrupted attempt left in staging: files of the right size and checksum
+    are kept (and not fetched again); anything else there is removed. Returns the lock entries still
+    to fetch and the verification figures of what was kept."""
+    keep, todo, hashed, t = [], [], 0, time.monotonic()
+    for e in lock["files"]:
+        p = os.path.join(staging, e["name"])
+        if os.path.isfile(p) and not os.path.islink(p) and os.path.getsize(p) == e["size"]:
+            r = verify_entry(staging, e)
+            hashed += r["bytes"]
+            if r["ok"]:
+                keep.append(e["name"])
+                continue
+        if os.path.lexists(p):
+            os.unlink(p)
+        meta = os.path.join(staging, ".cache", "huggingface", "download", e["name"] + ".metadata")
+        if os.path.exists(meta):
+            os.unlink(meta)
+        todo.append(e)
+    dt = max(time.monotonic() - t, 1e-9)
+    return {"kept": keep, "todo": todo, "bytes_hashed": hashed, "mb_per_s": hashed / dt / 1e6}
+
+
+def reopen_complete(final: str, staging: str, lock: dict, full: bool) -> dict:
+    """Re-check a complete model. If a file is wrong (full: sha256; else sizes only), take the tree back
+    to staging (completion marker removed first) so only the bad files are fetched again."""
+    if full:
+        v = verify_tree(final, lock)
+    else:
+        bad = [{"name": e["name"], "ok": False, "reason": "size"} for e in lock["files"]
+               if not os.path.isfile(os.path.join(final, e["name"]))
+               or os.path.getsize(os.path.join(final, e["name"])) != e["size"]]
+        v = {"ok": not bad, "bad": bad, "bytes_hashed": 0, "seconds": 0, "mb_per_s": 0}
+    if v["ok"]:
+        return v
+    os.unlink(os.path.join(final, MARKER_DIR, "complete"))
+    os.makedirs(os.path.dirname(staging), exist_ok=True)
+    if os.path.exists(staging):
+        shutil.rmtree(staging)
+    os.rename(final, staging)
+    return v
 
 
 def refetch_file(repo_id: str, commit: str, staging: str, name: str, endpoint, token) -> None:

@@ -1,0 +1,216 @@
+"""The fetch modules run by Ansible on this machine against the local hub (real olah + the real
+huggingface_hub client): interruption at random points, corruption, stalls, secrets, bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+
+import pytest
+from ansible.module_utils.modelfleet.fetch import model_paths, verify_entry
+
+from modelfleet.harness.servers import hub_reset, hub_stats
+from tests.conftest import ROOT, TINY_REPO
+
+TOKEN = "hf_dummyTOKEN_for_the_secrecy_test_4b1d"
+
+
+def ansible_module(name: str, args: dict, check=False, popen=False):
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", HF_HUB_DISABLE_TELEMETRY="1")
+    env.pop("HF_TOKEN", None)
+    cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", name, "-a", json.dumps(args),
+           "-e", f"ansible_python_interpreter={sys.executable}"] + (["--check"] if check else [])
+    if popen:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    res = json.loads(r.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return r.returncode, res, r.stdout + r.stderr
+
+
+def lock_for(hub, root, revision="v1"):
+    rc, res, _ = ansible_module("hf_lock", {"repo_id": TINY_REPO, "revision": revision, "endpoint": hub.url,
+                                            "root": str(root)})
+    assert rc == 0, res
+    return res["lock"]
+
+
+@pytest.fixture
+def token_file(tmp_path):
+    f = tmp_path / "hf-token"
+    f.write_text(TOKEN + "\n")
+    f.chmod(0o600)
+    return f
+
+
+@pytest.fixture
+def slow_hub(hub):
+    hub.extra["rate_file"].write_text(str(60_000))  # bytes/s per response: a slow link
+    yield hub
+    hub.extra["rate_file"].unlink()
+    hub.extra["stall_file"].unlink(missing_ok=True)
+
+
+def _fetched_paths(hub) -> set[str]:
+    return {p.rsplit("/", 1)[1] for p, b in hub_stats(hub.url)["by_path"].items() if b > 0}
+
+
+def _complete_in_staging(staging, lock) -> set[str]:
+    return {e["name"] for e in lock["files"] if os.path.exists(os.path.join(staging, e["name"]))
+            and verify_entry(staging, e)["ok"]}
+
+
+def _kill_all(proc, status_path):
+    try:
+        pid = json.load(open(status_path)).get("pid")
+        if pid:
+            os.killpg(pid, signal.SIGKILL)
+    except (OSError, ValueError, ProcessLookupError):
+        pass
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait(10)
+
+
+def test_resume_after_random_kills(slow_hub, tmp_path, token_file):
+    hub = slow_hub
+    root = tmp_path / "models"
+    lock = lock_for(hub, root)
+    paths = model_paths(str(root), TINY_REPO, lock["revision"])
+    args = {"root": str(root), "lock": lock, "endpoint": hub.url, "max_workers": 2, "token_file": str(token_file)}
+    rng = random.Random()
+    seen_ps = []
+    kills = 0
+    for _ in range(10):
+        done_before = _complete_in_staging(paths["staging"], lock)
+        if len(done_before) == len(lock["files"]) or os.path.exists(paths["final"]):
+            break
+        hub_reset(hub.url)
+        proc = ansible_module("hf_snapshot", args, popen=True)
+        time.sleep(rng.uniform(1.2, 3.5))
+        seen_ps.append(subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout)
+        _kill_all(proc, paths["status"])
+        kills += 1
+        again = _fetched_paths(hub) & done_before
+        assert not again, f"re-fetched files that were already complete: {again}"
+    assert kills >= 5, "the transfer finished before it could be interrupted 5 times"
+    hub_reset(hub.url)
+    done_before = _complete_in_staging(paths["staging"], lock)
+    rc, res, out = ansible_module("hf_snapshot", args)
+    assert rc == 0, out[-3000:]
+    assert not (_fetched_paths(hub) & done_before)
+    if not res.get("already_complete"):
+        assert set(res["kept"]) == done_before
+        assert set(res["fetched"]) == {e["name"] for e in lock["files"]} - done_before
+    for e in lock["files"]:
+        assert verify_entry(paths["final"], e)["ok"], e["name"]
+    assert os.path.exists(os.path.join(paths["final"], ".modelfleet", "complete"))
+    for ps in seen_ps:
+        assert TOKEN not in ps
+    assert TOKEN not in out
+    for dirpath, _d, files in os.walk(root):
+        for f in files:
+            assert TOKEN.encode() not in open(os.path.join(dirpath, f), "rb").read(), f
+
+
+def test_corrupted_byte_is_detected_and_only_that_file_refetched(hub, tmp_path):
+    root = tmp_path / "models"
+    lock = lock_for(hub, root)
+    args = {"root": str(root), "lock": lock, "endpoint": hub.url}
+    rc, res, out = ansible_module("hf_snapshot", args)
+    assert rc == 0, out
+    paths = model_paths(str(root), TINY_REPO, lock["revision"])
+    victim = os.path.join(paths["final"], "model-00002-of-00003.safetensors")
+    with open(victim, "r+b") as f:
+        f.seek(1000)
+        b = f.read(1)
+        f.seek(1000)
+        f.write(bytes([b[0] ^ 0xFF]))
+    rc, res, _ = ansible_module("hf_verify", {"root": str(root), "lock": lock, "level": "full", "reopen_bad": True})
+    assert rc == 0 and res["reopened"] and res["verify"]["bad"][0]["name"] == "model-00002-of-00003.safetensors"
+    assert "sha256" in res["verify"]["bad"][0]["reason"]
+    assert not os.path.exists(os.path.join(paths["final"], ".modelfleet", "complete"))
+    hub_reset(hub.url)
+    rc, res, out = ansible_module("hf_snapshot", args)
+    assert rc == 0, out
+    assert res["fetched"] == ["model-00002-of-00003.safetensors"]
+    assert _fetched_paths(hub) == {"model-00002-of-00003.safetensors"}
+    assert res["verify"]["mb_per_s"] > 0
+    for e in lock["files"]:
+        assert verify_entry(paths["final"], e)["ok"]
+
+
+def test_stall_watchdog_restarts_then_fails_clearly(slow_hub, tmp_path):
+    hub = slow_hub
+    root = tmp_path / "models"
+    lock = lock_for(hub, root)
+    hub.extra["stall_file"].write_text("")
+    rc, res, out = ansible_module("hf_snapshot", {"root": str(root), "lock": lock, "endpoint": hub.url,
+                                                  "stall_seconds": 2, "max_stalls": 2})
+    assert rc != 0
+    assert "stalled or failed 3 times" in res["msg"] and "no new bytes for 2 s" in res["msg"]
+    paths = model_paths(str(root), TINY_REPO, lock["revision"])
+    assert not os.path.exists(paths["final"])  # nothing half-written presented as complete
+    assert json.load(open(paths["status"]))["state"] == "failed"
+
+
+@pytest.mark.parametrize("repo,rev,needle", [
+    ("modelfleet-test/nope", "main", "repository not found"),
+    (TINY_REPO, "no-such-branch", "revision 'no-such-branch' not found"),
+])
+def test_lock_errors(hub, tmp_path, repo, rev, needle):
+    rc, res, _ = ansible_module("hf_lock", {"repo_id": repo, "revision": rev, "endpoint": hub.url,
+                                            "root": str(tmp_path)})
+    assert rc != 0 and needle in res["msg"]
+
+
+def test_endpoint_down(tmp_path):
+    rc, res, _ = ansible_module("hf_lock", {"repo_id": TINY_REPO, "endpoint": "http://127.0.0.1:9",
+                                            "root": str(tmp_path)})
+    assert rc != 0 and "cannot reach the hub" in res["msg"]
+
+
+def test_hub_down_mid_fetch_leaves_nothing_complete(hub, tmp_path):
+    root = tmp_path / "models"
+    lock = lock_for(hub, root)
+    hub.extra["fail_file"].write_text("")
+    try:
+        rc, res, _ = ansible_module("hf_snapshot", {"root": str(root), "lock": lock, "endpoint": hub.url,
+                                                    "stall_seconds": 5, "max_stalls": 1})
+    finally:
+        hub.extra["fail_file"].unlink()
+    assert rc != 0 and "stalled or failed" in res["msg"]
+    assert not os.path.exists(model_paths(str(root), TINY_REPO, lock["revision"])["final"])
+
+
+@pytest.fixture
+def small_fs(tmp_path):
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(mnt)], capture_output=True, text=True)
+    assert r.returncode == 0, f"this test mounts a tmpfs and needs root: {r.stderr}"
+    yield mnt
+    subprocess.run(["umount", str(mnt)], check=True)
+
+
+def test_no_space(hub, small_fs):
+    lock = lock_for(hub, small_fs)
+    rc, res, _ = ansible_module("hf_snapshot", {"root": str(small_fs), "lock": lock, "endpoint": hub.url,
+                                                "stall_seconds": 5, "max_stalls": 1})
+    assert rc != 0
+    assert not os.path.exists(model_paths(str(small_fs), TINY_REPO, lock["revision"])["final"])
+
+
+def test_unwritable_target(hub, small_fs):
+    lock = lock_for(hub, small_fs)
+    subprocess.run(["mount", "-o", "remount,ro", str(small_fs)], check=True)
+    rc, res, _ = ansible_module("hf_snapshot", {"root": str(small_fs), "lock": lock, "endpoint": hub.url})
+    assert rc != 0 and ("Read-only" in res["msg"] or "not writable" in res["msg"]), res["msg"]
