@@ -28,7 +28,16 @@ def run_module(args: dict, check: bool = False) -> tuple[int, dict]:
 
 @pytest.fixture
 def root(tmp_path):
+    """The models root on a private 16 MiB tmpfs, so its free space moves only with what the test does."""
     r = tmp_path / "models"
+    r.mkdir()
+    m = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=16m", "tmpfs", str(r)], capture_output=True, text=True)
+    assert m.returncode == 0, f"this test mounts a tmpfs and needs root: {m.stderr}"
+    yield from _populate(r)
+    subprocess.run(["umount", str(r)], check=True)
+
+
+def _populate(r):
     for name, mib, age in (("org--fallback/" + "a" * 40, 4, 100), ("org--other/" + "b" * 40, 2, 200)):
         d = r / name
         (d / ".modelfleet").mkdir(parents=True)
@@ -36,7 +45,7 @@ def root(tmp_path):
         (d / ".modelfleet" / "complete").touch()
         (d / ".modelfleet" / "last_used").touch()
         os.utime(d / ".modelfleet" / "last_used", (age, age))
-    return r
+    yield r
 
 
 def _free(path) -> int:

@@ -47,3 +47,17 @@ def test_token_is_root_only_and_nowhere_else(host):
     assert hits.stdout.strip() == ""
     journal = host.run(f"journalctl --no-pager 2>/dev/null | grep -c {TOKEN}")
     assert journal.stdout.strip() in ("0", "")
+
+
+def test_hub_served_one_copy_for_the_fleet(host):
+    """Hub egress for two hosts is one copy: the seed downloaded, the other received from it."""
+    import os
+    import urllib.request
+
+    if host.backend.get_hostname() != "fetch-node":
+        return
+    state = os.path.join(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"], "hub")
+    endpoint = open(os.path.join(state, "endpoint")).read().strip()
+    stats = json.loads(urllib.request.urlopen(endpoint + "/_modelfleet/stats").read())
+    lock = json.loads(host.file(f"{FINAL}/.modelfleet/lock.json").content_string)
+    assert stats["bytes_served"] == lock["total_bytes"]

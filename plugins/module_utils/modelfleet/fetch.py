@@ -234,6 +234,8 @@ def download_with_watchdog(*, repo_id: str, lock: dict, staging: str, status_pat
     keeps them in local_dir); a partial file is re-fetched whole (at most max_workers of them)."""
     import multiprocessing as mp
 
+    import huggingface_hub  # noqa: F401  - imported once here, so each forked attempt starts at once
+
     ctx = mp.get_context("fork")
     names = [f["name"] for f in lock["files"]]
     total = sum(f["size"] for f in lock["files"])
