@@ -60,10 +60,20 @@ def expert_tp_problem(facts: dict, tp: int) -> str | None:
     return None
 
 
+def gpus_from_facts(gf: dict) -> dict:
+    """The planner's GPU input from gpu_facts: the smallest GPU's memory, the lowest compute capability."""
+    ccs = sorted(gf.get("compute_capabilities") or [], key=lambda c: tuple(int(x) for x in c.split(".")))
+    return {"count": gf.get("gpu_count"), "memory_bytes": gf.get("min_memory_total_bytes"),
+            "compute_capability": ccs[0] if ccs else None,
+            "interconnect": gf.get("interconnect") if gf.get("interconnect") != "none" else None}
+
+
 def plan(facts: dict, gpus: dict, profile: dict | None = None, input_len: int = 1024, output_len: int = 1024,
          gpu_memory_utilization: float | None = None, kv_cache_dtype: str | None = None,
          overhead_bytes: int = DEFAULT_OVERHEAD_BYTES) -> dict:
     """Return the plan. gpus: {count, memory_bytes, compute_capability?, interconnect: pcie|nvlink|mixed|single}."""
+    if "gpu_count" in gpus and "memory_bytes" not in gpus:  # gpu_facts' output as it is
+        gpus = gpus_from_facts(gpus)
     count = gpus.get("count") or gpus.get("gpu_count")
     mem = gpus.get("memory_bytes")
     if not isinstance(count, int) or count < 1:
