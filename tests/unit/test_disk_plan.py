@@ -156,8 +156,21 @@ def test_bad_input(kw, needle):
         plan_disk(**args)
 
 
-def test_real_tree_measurements(tmp_path):
+@pytest.fixture
+def private_fs(tmp_path):
+    """A 32 MiB tmpfs of the test's own, so free space moves only with what the test does."""
+    import subprocess
+
     root = tmp_path / "models"
+    root.mkdir()
+    r = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=32m", "tmpfs", str(root)], capture_output=True, text=True)
+    assert r.returncode == 0, f"this test mounts a tmpfs and needs root: {r.stderr}"
+    yield root
+    subprocess.run(["umount", str(root)], check=True)
+
+
+def test_real_tree_measurements(private_fs):
+    root = private_fs
     m = root / "org--model" / ("a" * 40)
     m.mkdir(parents=True)
     (m / "dense.bin").write_bytes(os.urandom(256 * 1024))

@@ -247,6 +247,10 @@ def download_with_watchdog(*, repo_id: str, lock: dict, staging: str, status_pat
         child = ctx.Process(target=_child_download,
                             args=(repo_id, lock["revision"], staging, names, endpoint, token, max_workers))
         child.start()
+        write_status(status_path, {"state": "downloading", "repo_id": repo_id, "revision": lock["revision"],
+                                   **progress_figures(samples, total), "stalls": stalls, "attempt": attempts,
+                                   "pid": child.pid, "watchdog_pid": os.getpid(), "started_at": started,
+                                   "updated_at": time.time()})
         last_bytes, last_change = -1, time.monotonic()
         reason = None
         while True:
@@ -262,6 +266,7 @@ def download_with_watchdog(*, repo_id: str, lock: dict, staging: str, status_pat
             fig = progress_figures(samples, total)
             write_status(status_path, {"state": "downloading", "repo_id": repo_id, "revision": lock["revision"],
                                        **fig, "stalls": stalls, "attempt": attempts, "pid": child.pid,
+                                       "watchdog_pid": os.getpid(),
                                        "started_at": started, "updated_at": time.time()})
             if not child.is_alive():
                 break

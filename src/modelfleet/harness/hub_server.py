@@ -33,6 +33,7 @@ class HarnessLayer:
         self.rate_file = rate_file    # holds bytes/s: file bodies are sent at that rate (a slow link)
         self.stall_file = stall_file  # while it exists, file bodies stop mid-way (a stalled link)
         self.stats = {"bytes_served": 0, "requests": 0, "by_path": {}}
+        self.in_flight = 0
         self.stats_file = stats_file
         self.fail_file = fail_file  # if this file exists, file downloads answer 503 (endpoint-down tests)
 
@@ -41,7 +42,7 @@ class HarnessLayer:
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
         if path == "/_modelfleet/stats":
-            body = json.dumps(self.stats).encode()
+            body = json.dumps(dict(self.stats, in_flight=self.in_flight)).encode()
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"application/json")]})
             return await send({"type": "http.response.body", "body": body})
@@ -69,6 +70,7 @@ class HarnessLayer:
                     return
                 await self._finish(state, send, path, want_range, is_file, is_api, scope.get("method") == "HEAD")
 
+        self.in_flight += 1
         try:
             await self.app(scope, receive, capture)
         except Exception as e:  # olah raises on unknown refs; answer like the hub does
@@ -80,6 +82,8 @@ class HarnessLayer:
                 await send({"type": "http.response.body", "body": msg})
             elif not state.get("sent"):
                 raise
+        finally:
+            self.in_flight -= 1
 
     async def _finish(self, state, send, path, want_range, is_file, is_api, is_head=False):
         status, hdrs = state["status"], state["headers"]

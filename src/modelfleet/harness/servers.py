@@ -152,6 +152,11 @@ def hub_stats(url: str) -> dict:
         return json.loads(r.read())
 
 
-def hub_reset(url: str) -> None:
+def hub_reset(url: str, quiet_timeout: float = 15.0) -> None:
+    """Zero the counters once no request is in flight (so a killed client's last responses are not
+    counted against the next one)."""
+    deadline = time.monotonic() + quiet_timeout
+    while time.monotonic() < deadline and hub_stats(url).get("in_flight", 0) > 0:
+        time.sleep(0.1)
     with urllib.request.urlopen(url + "/_modelfleet/reset", timeout=5):
         pass
