@@ -1,0 +1,131 @@
+#!/usr/bin/python
+"""Ansible module: one bounded look at a vLLM server's readiness (health, model listed, a real completion)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_readiness
+short_description: Wait a bounded time for a vLLM server to be really ready - health, model listed, one completion
+description:
+  - Polls for at most O(wait_seconds) - C(/health) answers 200, C(/v1/models) lists O(served_name), and one
+    real completion of a few tokens succeeds - and returns the stage reached, the elapsed time and the last
+    journal line of O(unit), so a play can print progress and call it again until its start budget is spent.
+  - Reports C(unit_state) (active, activating, failed...) so a dead engine is seen at once.
+  - Read-only.
+version_added: "0.1.0"
+author: modelfleet
+options:
+  url: {description: 'Base URL, e.g. http://127.0.0.1:8000.', type: str, required: true}
+  served_name: {description: The served model name., type: str, required: true}
+  api_key: {description: API key (never logged)., type: str}
+  unit: {description: The systemd unit (for its state and journal)., type: str}
+  wait_seconds: {description: How long this call may wait., type: float, default: 15}
+  prompt: {description: The completion prompt., type: str, default: Hello}
+  max_tokens: {description: Tokens to generate., type: int, default: 4}
+attributes:
+  check_mode: {support: full}
+  diff_mode: {support: none}
+"""
+
+EXAMPLES = r"""
+- name: Look once
+  vllm_readiness:
+    url: http://127.0.0.1:8000
+    served_name: kimi-k2.5
+    unit: modelfleet-vllm@kimi-k2.5.service
+"""
+
+RETURN = r"""
+ready: {description: All three checks passed., returned: always, type: bool}
+stage: {description: 'down, health, listed or ready.', returned: always, type: str}
+detail: {description: What the last check said., returned: always, type: str}
+journal_tail: {description: The unit's last journal line., returned: always, type: str}
+unit_state: {description: The unit's ActiveState., returned: always, type: str}
+completion: {description: The completion text when ready., returned: when ready, type: str}
+"""
+
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+from ansible.module_utils.basic import AnsibleModule
+
+
+def _get(url, key, timeout=5, data=None):
+    headers = {"Content-Type": "application/json"}
+    if key:
+        headers["Authorization"] = f"Bearer {key}"
+    req = urllib.request.Request(url, data=data, headers=headers)
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.status, r.read()
+
+
+def look(url, name, key, prompt, max_tokens):
+    try:
+        st, _ = _get(url + "/health", key)
+        if st != 200:
+            return "down", f"/health answered {st}", None
+    except (urllib.error.URLError, OSError) as e:
+        return "down", f"/health: {getattr(e, 'reason', e)}", None
+    try:
+        st, body = _get(url + "/v1/models", key)
+        models = [m.get("id") for m in json.loads(body).get("data", [])]
+    except urllib.error.HTTPError as e:
+        return "health", f"/v1/models answered {e.code}", None
+    except (urllib.error.URLError, OSError, ValueError) as e:
+        return "health", f"/v1/models: {e}", None
+    if name not in models:
+        return "health", f"/v1/models lists {models}, not {name}", None
+    body = json.dumps({"model": name, "prompt": prompt, "max_tokens": max_tokens}).encode()
+    try:
+        st, out = _get(url + "/v1/completions", key, timeout=60, data=body)
+        text = json.loads(out)["choices"][0]["text"]
+    except urllib.error.HTTPError as e:
+        return "listed", f"completion answered {e.code}: {e.read()[:200]!r}", None
+    except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
+        return "listed", f"completion: {e}", None
+    return "ready", "health 200, model listed, completion returned", text
+
+
+def unit_info(unit):
+    if not unit:
+        return "", ""
+    st = subprocess.run(["systemctl", "show", "-p", "ActiveState", "--value", unit], capture_output=True, text=True)
+    jr = subprocess.run(["journalctl", "-u", unit, "-n", "1", "--no-pager", "-o", "cat"], capture_output=True,
+                        text=True)
+    return st.stdout.strip(), (jr.stdout.strip().splitlines() or [""])[-1][:300]
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "url": {"type": "str", "required": True},
+            "served_name": {"type": "str", "required": True},
+            "api_key": {"type": "str", "no_log": True},
+            "unit": {"type": "str"},
+            "wait_seconds": {"type": "float", "default": 15},
+            "prompt": {"type": "str", "default": "Hello"},
+            "max_tokens": {"type": "int", "default": 4},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    t0 = time.monotonic()
+    while True:
+        stage, detail, text = look(p["url"].rstrip("/"), p["served_name"], p["api_key"], p["prompt"], p["max_tokens"])
+        state, tail = unit_info(p["unit"])
+        if stage == "ready" or state == "failed" or time.monotonic() - t0 >= p["wait_seconds"]:
+            break
+        time.sleep(1)
+    res = {"changed": False, "ready": stage == "ready", "stage": stage, "detail": detail, "unit_state": state,
+           "journal_tail": tail, "waited_seconds": round(time.monotonic() - t0, 1)}
+    if text is not None:
+        res["completion"] = text
+    module.exit_json(**res)
+
+
+if __name__ == "__main__":
+    main()

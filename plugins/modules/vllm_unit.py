@@ -1,0 +1,93 @@
+#!/usr/bin/python
+"""Ansible module shell: the vLLM server command line and unit settings (vllm_unit.py), validated."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: vllm_unit
+short_description: Compute and validate a vLLM unit's command line from a profile, a plan and the fetched model
+description:
+  - Returns the argv (one flag per element), the unit name, the start timeout sized from the model
+    (bytes / load rate + base), and refuses bad input before anything is stopped or written (TP larger than
+    the GPU count, a non-loopback host without an API key, trust_remote_code without a pinned commit,
+    a port outside 1-65535).
+  - Pure computation; check mode returns the same.
+version_added: "0.1.0"
+author: modelfleet
+options:
+  python: {description: The venv's python., type: str, required: true}
+  model_dir: {description: The complete model directory., type: str, required: true}
+  profile: {description: The validated profile., type: dict, required: true}
+  plan: {description: The parallelism plan., type: dict}
+  host: {description: Listen address., type: str, default: 127.0.0.1}
+  port: {description: Listen port., type: int, default: 8000}
+  revision: {description: The model's 40-hex commit., type: str}
+  gpu_count: {description: GPUs on the host (0 on CPU hosts)., type: int}
+  api_key_set: {description: Whether an API key will be configured., type: bool, default: false}
+  model_bytes: {description: Model size, for the start timeout., type: int, default: 0}
+  load_bytes_per_s: {description: Expected load rate., type: float, default: 1000000000}
+  base_seconds: {description: Start-up time besides loading., type: int, default: 180}
+attributes:
+  check_mode: {support: full}
+  diff_mode: {support: none}
+"""
+
+EXAMPLES = r"""
+- name: Compute the unit
+  vllm_unit:
+    python: /opt/modelfleet/vllm/bin/python
+    model_dir: "{{ hf_fetch_outcome.model_dir }}"
+    revision: "{{ hf_fetch_outcome.revision }}"
+    profile: "{{ __profile.profile }}"
+    plan: "{{ __plan.plan }}"
+"""
+
+RETURN = r"""
+argv: {description: The server command line., returned: success, type: list, elements: str}
+exec_start: {description: argv quoted for systemd, one element per line in the unit., returned: success, type: list, elements: str}
+unit: {description: The unit name., returned: success, type: str}
+timeout_start_seconds: {description: TimeoutStartSec and the readiness budget., returned: success, type: int}
+command_line: {description: The command as one shell-readable line (shown in check/diff mode)., returned: success, type: str}
+"""
+
+import shlex
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible.module_utils.modelfleet.vllm_unit import server_argv, start_timeout_seconds, systemd_quote, unit_name
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "str", "required": True},
+            "model_dir": {"type": "str", "required": True},
+            "profile": {"type": "dict", "required": True},
+            "plan": {"type": "dict"},
+            "host": {"type": "str", "default": "127.0.0.1"},
+            "port": {"type": "int", "default": 8000},
+            "revision": {"type": "str"},
+            "gpu_count": {"type": "int"},
+            "api_key_set": {"type": "bool", "default": False},
+            "model_bytes": {"type": "int", "default": 0},
+            "load_bytes_per_s": {"type": "float", "default": 1e9},
+            "base_seconds": {"type": "int", "default": 180},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        argv = server_argv(python=p["python"], model_dir=p["model_dir"], profile=p["profile"], plan=p["plan"],
+                           host=p["host"], port=p["port"], revision=p["revision"], gpu_count=p["gpu_count"],
+                           api_key_set=p["api_key_set"])
+        unit = unit_name(p["profile"]["served_model_name"])
+        timeout = start_timeout_seconds(p["model_bytes"], p["load_bytes_per_s"], p["base_seconds"])
+    except (ModelfleetError, KeyError) as e:
+        module.fail_json(msg=f"vllm_unit: {e}")
+    module.exit_json(changed=False, argv=argv, exec_start=[systemd_quote(a) for a in argv], unit=unit,
+                     timeout_start_seconds=timeout, command_line=" ".join(shlex.quote(a) for a in argv))
+
+
+if __name__ == "__main__":
+    main()
