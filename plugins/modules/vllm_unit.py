@@ -55,7 +55,7 @@ import shlex
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.vllm_unit import server_argv, start_timeout_seconds, systemd_quote, unit_name
+from ansible.module_utils.modelfleet.vllm_unit import exec_lines, server_argv, start_timeout_seconds, unit_name
 
 
 def main():
@@ -85,7 +85,7 @@ def main():
         timeout = start_timeout_seconds(p["model_bytes"], p["load_bytes_per_s"], p["base_seconds"])
     except (ModelfleetError, KeyError) as e:
         module.fail_json(msg=f"vllm_unit: {e}")
-    module.exit_json(changed=False, argv=argv, exec_start=[systemd_quote(a) for a in argv], unit=unit,
+    module.exit_json(changed=False, argv=argv, exec_start=exec_lines(argv), unit=unit,
                      timeout_start_seconds=timeout, command_line=" ".join(shlex.quote(a) for a in argv))
 
 

@@ -71,3 +71,12 @@ def test_unit_name_and_quoting():
     with pytest.raises(ServeError):
         unit_name("bad name/../x")
     assert systemd_quote("a b") == '"a b"' and systemd_quote("50%") == "50%%" and systemd_quote("$X") == "$$X"
+
+
+def test_exec_lines_one_flag_per_line():
+    from ansible.module_utils.modelfleet.vllm_unit import exec_lines
+
+    lines = exec_lines(["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m x",
+                        "--enable-auto-tool-choice", "--port", "8000"])
+    assert lines == ["/v/bin/python -m vllm.entrypoints.openai.api_server", '--model "/m x"',
+                     "--enable-auto-tool-choice", "--port 8000"]

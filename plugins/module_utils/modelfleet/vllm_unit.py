@@ -87,3 +87,16 @@ def systemd_quote(arg: str) -> str:
     if re.search(r"[\s\"'\\;]", a):
         a = '"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return a
+
+
+def exec_lines(argv: list[str]) -> list[str]:
+    """argv as unit lines: the program and module first, then one flag (with its value) per line."""
+    quoted = [systemd_quote(a) for a in argv]
+    head = 3 if len(argv) > 2 and argv[1] == "-m" else 1
+    lines = [" ".join(quoted[:head])]
+    for a, q in zip(argv[head:], quoted[head:], strict=True):
+        if a.startswith("--") or not lines[1:]:
+            lines.append(q)
+        else:
+            lines[-1] += " " + q
+    return lines
