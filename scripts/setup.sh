@@ -19,12 +19,12 @@ for a in "$@"; do
   esac
 done
 cache="$root/.cache"
-mkdir -p "$cache"
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
 
 # ---- preconditions ---------------------------------------------------------------------------
 [ "$(id -u)" = 0 ] || die "must run as root (it installs Debian packages and builds container images); re-run with sudo"
+mkdir -p "$cache"
 command -v apt-get >/dev/null || die "apt-get not found: modelfleet's set-up expects Debian 12 (bookworm)"
 command -v python3 >/dev/null || die "python3 not found: apt-get install python3 python3-venv"
 python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
