@@ -192,7 +192,7 @@ def main(argv=None) -> int:
             'hf-scheme = "http"\nhf-netloc = "127.0.0.1:9"\nhf-lfs-netloc = "127.0.0.1:9"\n'
             "[accessibility]\noffline = true\n"
         )
-    sys.argv = ["olah-cli", "--config", cfg]
+    sys.argv = ["olah-cli", "--config", cfg, "--log-path", os.path.join(work, "logs")]
     import uvicorn
     from olah import server
 
