@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from math import prod
 
-from ansible.module_utils.modelfleet.errors import CheckpointError
+from ansible.module_utils.modelfleet.errors import CheckpointError, ModelfleetError
 from ansible.module_utils.modelfleet.safetensors_header import (
     DTYPE_BITS,
     JSONError,
@@ -441,44 +441,15 @@ def inspect_hub(repo_id: str, revision: str = "main", endpoint: str | None = Non
 
 
 def _inspect_hub(repo_id, revision, endpoint, token, on_read) -> dict:
-    from huggingface_hub import HfApi, hf_hub_url
-    from huggingface_hub.errors import (
-        HfHubHTTPError,
-        HFValidationError,
-        RepositoryNotFoundError,
-        RevisionNotFoundError,
-    )
+    from ansible.module_utils.modelfleet.fetch import hub_listing
+    from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session
 
-    api = HfApi(endpoint=endpoint, token=token)
     try:
-        info = api.model_info(repo_id, revision=revision, files_metadata=True)
-    except HFValidationError as e:
-        raise CheckpointError(f"{repo_id}: not a valid hub repo id ({str(e).splitlines()[0]})") from None
-    except RevisionNotFoundError:
-        raise CheckpointError(f"{repo_id}: revision {revision!r} not found on the hub") from None
-    except RepositoryNotFoundError:
-        raise CheckpointError(f"{repo_id}: repository not found (or not visible with this token)") from None
-    except HfHubHTTPError as e:
-        code = e.response.status_code if e.response is not None else "?"
-        raise CheckpointError(f"{repo_id}@{revision}: hub answered HTTP {code} ({str(e).splitlines()[0]})") from None
-    except transport_errors() as e:
-        where = endpoint or "the default endpoint"
-        raise CheckpointError(
-            f"{repo_id}: cannot reach the hub at {where} ({e}); check HF_ENDPOINT / the network") from None
-    sha = info.sha
-    if not sha or not HEX40.match(sha):
-        raise CheckpointError(f"{repo_id}@{revision}: the hub did not resolve the revision to a commit")
-    siblings = {s.rfilename: s for s in (info.siblings or [])}
-    files = {n: {"name": n, "size": s.size, "sha256": (s.lfs.sha256 if s.lfs else None)} for n, s in siblings.items()}
-    if any(f["size"] is None for f in files.values()):
-        # Some hub-compatible servers leave size/lfs empty in model_info; ask per path.
-        for p in api.get_paths_info(repo_id, sorted(files), revision=sha):
-            if getattr(p, "size", None) is not None and p.path in files:
-                files[p.path]["size"] = p.size
-                lfs = getattr(p, "lfs", None)
-                if lfs is not None:
-                    files[p.path]["sha256"] = lfs.sha256 if hasattr(lfs, "sha256") else lfs.get("sha256")
+        sha, listing = hub_listing(repo_id, revision, endpoint, token)
+    except ModelfleetError as e:
+        raise CheckpointError(str(e)) from None
+    files = {f["name"]: {"name": f["name"], "size": f["size"], "sha256": f["sha256"]} for f in listing}
     session = get_session()
     headers_http = build_hf_headers(token=token)
 
