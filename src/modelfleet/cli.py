@@ -142,6 +142,85 @@ def cmd_plan_disk(a) -> int:
     return 0 if plan["feasible"] else 1
 
 
+def cmd_report(a) -> int:
+    from pathlib import Path
+
+    from modelfleet import report
+
+    out = Path(a.out)
+    if a.compare:
+        results = {}
+        for d in a.sources:
+            files = sorted(Path(d).glob("*.json")) if Path(d).is_dir() else [Path(d)]
+            for f in files:
+                try:
+                    data = json.loads(f.read_text())
+                except (OSError, ValueError) as e:
+                    raise ModelfleetError(f"{f}: not a readable benchmark result ({e})") from None
+                if isinstance(data, dict) and "points" in data:
+                    results[f.stem] = data
+        if not results:
+            raise ModelfleetError(f"no benchmark results (*.json with points) in {a.sources}")
+        paths = report.write_comparison(results, out)
+        if a.json:
+            print(json.dumps(paths))
+        else:
+            print(Path(paths["md"]).read_text(), end="")
+        return 0
+    written = {}
+    for src in a.sources:
+        f = Path(src)
+        try:
+            result = json.loads(f.read_text())
+        except (OSError, ValueError) as e:
+            raise ModelfleetError(f"{f}: not a readable benchmark result ({e})") from None
+        if not isinstance(result, dict) or not result.get("points"):
+            raise ModelfleetError(f"{f}: has no benchmark points; pass a result written by vllm_bench/modelfleet bench")
+        written[f.stem] = report.write_reports(result, out, f.stem)
+    print(json.dumps(written[next(iter(written))] if len(written) == 1 else written))
+    return 0
+
+
+def cmd_bench(a) -> int:
+    import time
+    from pathlib import Path
+
+    from ansible.module_utils.modelfleet import bench, bench_client
+
+    from modelfleet import report
+
+    levels = bench.sweep_levels(a.max_concurrency, a.levels)
+    cfg = bench_client.default_config()
+    cfg.update(base_url=a.url.rstrip("/"), model=a.model, api_key=a.api_key or "", endpoint=a.endpoint,
+               input_len=a.input_len, output_len=a.output_len, vocab_size=a.vocab_size, warmup=a.warmup,
+               processes=a.processes, seed=a.seed, goodput_ttft_ms=a.goodput_ttft_ms,
+               goodput_tpot_ms=a.goodput_tpot_ms)
+
+    def progress(p):
+        if a.json:
+            return
+        flag = "" if p["valid"] else "  INVALID: " + "; ".join(p["invalid_reasons"])
+        print(f"C={p['max_concurrency']:>4}  {p['output_throughput']:9.1f} out tok/s  TTFT p50 "
+              f"{p['median_ttft_ms']:8.1f} ms  TPOT p50 {p['median_tpot_ms']:7.2f} ms  E2E p50 "
+              f"{p['median_e2el_ms']:8.1f} ms  server/client tokens diff "
+              f"{'-' if p['reconcile_diff'] is None else format(p['reconcile_diff'], '.2%')}{flag}", flush=True)
+
+    result = bench_client.run_sweep(cfg, levels=levels, request_rate=a.request_rate or None,
+                                    per_level=a.per_level, min_prompts=a.min_prompts, progress=progress)
+    result["provenance"] = {"model_repo": a.model_repo or a.model, "revision": a.revision or "",
+                            "endpoint": a.url, "benchmarked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    name = a.name or a.model
+    paths = report.write_reports(result, Path(a.out), name)
+    if a.json:
+        print(json.dumps({"headline": result["headline"], "knee": result["knee"], "reports": paths}, indent=2))
+    else:
+        h = result["headline"]
+        print(f"single stream {h['single_stream_output_tok_s'] or 0:.1f} tok/s, peak {h['peak_output_tok_s'] or 0:.1f}"
+              f" tok/s at C={h['peak_concurrency']}; {result['knee']['summary']}")
+        print(f"report: {paths['html']}")
+    return 0 if all(p["valid"] for p in result["points"]) else 1
+
+
 def build_parser() -> argparse.ArgumentParser:
     ap = argparse.ArgumentParser(prog="modelfleet", description=__doc__.splitlines()[0])
     ap.add_argument("--version", action="version", version=f"modelfleet {__version__}")
@@ -182,6 +261,38 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-units", action="store_true", help="do not read active systemd units")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan_disk)
+
+    p = sub.add_parser("report", help="JSON/CSV/PNG/HTML reports from benchmark results, or a comparison")
+    p.add_argument("sources", nargs="+", help="result JSON files (or, with --compare, folders of them)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--compare", action="store_true", help="one comparison table across all results")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("bench", help="concurrency sweep against an OpenAI-compatible endpoint, with reports")
+    p.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
+    p.add_argument("--model", required=True, help="served model name")
+    p.add_argument("--api-key", default=None)
+    p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
+    p.add_argument("--input-len", type=int, default=128)
+    p.add_argument("--output-len", type=int, default=128)
+    p.add_argument("--vocab-size", type=int, default=0, help="token-id prompts of exact length (completions)")
+    p.add_argument("--max-concurrency", type=int, default=16)
+    p.add_argument("--levels", type=int, nargs="*", default=None)
+    p.add_argument("--request-rate", type=float, default=0.0, help="Poisson rate per point; 0 = closed loop")
+    p.add_argument("--per-level", type=int, default=4)
+    p.add_argument("--min-prompts", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--processes", type=int, default=1)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--goodput-ttft-ms", type=float, default=None)
+    p.add_argument("--goodput-tpot-ms", type=float, default=None)
+    p.add_argument("--model-repo", default=None, help="for the provenance")
+    p.add_argument("--revision", default=None, help="for the provenance")
+    p.add_argument("--name", default=None, help="report file name (default: the model)")
+    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_bench)
     return ap
 
 

@@ -1,0 +1,319 @@
+"""Benchmark arithmetic: per-request records -> metrics, server-counter reconciliation, client-saturation
+checks, the knee of a sweep, and baseline gates. Pure functions over plain data; the client that produces
+the records is bench_client.py.
+
+A request record (one streamed request) is a dict:
+    start, end          monotonic seconds
+    chunk_times         monotonic seconds of every streamed chunk that carried a generation step
+    prompt_tokens       from the server's usage field
+    completion_tokens   from the server's usage field
+    error               "" on success, else the reason
+
+Field names of a point follow `vllm bench serve --save-result` where the meaning is the same
+(mean_ttft_ms, p99_itl_ms, output_throughput, ...). FORMULAS is stored in every result.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+
+from ansible.module_utils.modelfleet.errors import ModelfleetError
+
+
+class BenchError(ModelfleetError):
+    """Bad benchmark inputs, or a benchmark that could not run (the message says which and the fix)."""
+
+
+FORMULAS = {
+    "ttft_ms": "time of the first streamed generation chunk - request start",
+    "tpot_ms": "(e2el - ttft) / (completion_tokens - 1), requests with completion_tokens > 1",
+    "itl_ms": "gap between consecutive streamed generation chunks, all requests pooled",
+    "e2el_ms": "request end (last byte) - request start",
+    "output_throughput": "sum(completion_tokens) / duration  [tok/s]",
+    "total_token_throughput": "(sum(prompt_tokens) + sum(completion_tokens)) / duration  [tok/s]",
+    "request_throughput": "completed requests / duration  [req/s]",
+    "request_goodput": "requests with ttft <= goodput_ttft_ms and tpot <= goodput_tpot_ms / duration  [req/s]",
+    "output_tokens_per_user_s": "mean over requests of (completion_tokens - 1) / (e2el - ttft)  [tok/s]",
+    "duration": "last request end - first request start (after warm-up)  [s]",
+    "token_counts": "from the server's usage field (stream_options.include_usage); no client tokenizer",
+    "server_generation_tokens": "delta of vllm:generation_tokens_total across the point",
+    "reconcile_diff": "|client completion tokens - server_generation_tokens| / server_generation_tokens",
+    "percentiles": "linear interpolation between closest ranks (numpy's default)",
+}
+
+PERCENTILES = (50, 90, 99)
+RECONCILE_TOLERANCE = 0.02
+
+
+def percentile(values: list[float], p: float) -> float:
+    """Linear interpolation between closest ranks; 0.0 for an empty list."""
+    if not values:
+        return 0.0
+    s = sorted(values)
+    k = (len(s) - 1) * p / 100.0
+    lo, hi = math.floor(k), math.ceil(k)
+    if lo == hi:
+        return float(s[lo])
+    return float(s[lo] + (s[hi] - s[lo]) * (k - lo))
+
+
+def _stats(prefix: str, values_ms: list[float]) -> dict:
+    n = len(values_ms)
+    mean = sum(values_ms) / n if n else 0.0
+    var = sum((v - mean) ** 2 for v in values_ms) / n if n else 0.0
+    out = {f"mean_{prefix}_ms": mean, f"median_{prefix}_ms": percentile(values_ms, 50),
+           f"std_{prefix}_ms": math.sqrt(var)}
+    for p in PERCENTILES:
+        out[f"p{p}_{prefix}_ms"] = percentile(values_ms, p)
+    return out
+
+
+def request_timings(rec: dict) -> dict:
+    """ttft, tpot, e2el (seconds) and the ITL gaps of one successful request."""
+    chunks = rec.get("chunk_times") or []
+    start, end = rec["start"], rec["end"]
+    ttft = (chunks[0] - start) if chunks else (end - start)
+    e2el = end - start
+    n = rec.get("completion_tokens") or 0
+    tpot = (e2el - ttft) / (n - 1) if n > 1 else None
+    itls = [b - a for a, b in zip(chunks, chunks[1:], strict=False)]
+    return {"ttft": ttft, "tpot": tpot, "e2el": e2el, "itls": itls}
+
+
+def point_metrics(records: list[dict], *, goodput_ttft_ms: float | None = None,
+                  goodput_tpot_ms: float | None = None) -> dict:
+    """Metrics of one benchmark point from its request records (warm-up requests excluded by the caller)."""
+    if not records:
+        raise BenchError("no requests were recorded for this point; raise num_prompts")
+    ok = [r for r in records if not r.get("error")]
+    failed = [r for r in records if r.get("error")]
+    t_first = min(r["start"] for r in records)
+    t_last = max(r["end"] for r in records)
+    duration = max(t_last - t_first, 1e-9)
+    ttfts, tpots, itls, e2els, per_user = [], [], [], [], []
+    good = 0
+    for r in ok:
+        t = request_timings(r)
+        ttfts.append(t["ttft"] * 1000)
+        e2els.append(t["e2el"] * 1000)
+        itls.extend(g * 1000 for g in t["itls"])
+        if t["tpot"] is not None:
+            tpots.append(t["tpot"] * 1000)
+            if t["e2el"] > t["ttft"]:
+                per_user.append((r["completion_tokens"] - 1) / (t["e2el"] - t["ttft"]))
+        meets = ((goodput_ttft_ms is None or t["ttft"] * 1000 <= goodput_ttft_ms)
+                 and (goodput_tpot_ms is None or (t["tpot"] or 0) * 1000 <= goodput_tpot_ms))
+        good += 1 if meets else 0
+    total_in = sum(r.get("prompt_tokens") or 0 for r in ok)
+    total_out = sum(r.get("completion_tokens") or 0 for r in ok)
+    m = {
+        "completed": len(ok),
+        "failed": len(failed),
+        "errors": sorted({r["error"] for r in failed})[:10],
+        "duration": duration,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": len(ok) / duration,
+        "request_goodput": good / duration if (goodput_ttft_ms or goodput_tpot_ms) else None,
+        "output_throughput": total_out / duration,
+        "total_token_throughput": (total_in + total_out) / duration,
+        "output_tokens_per_user_s": sum(per_user) / len(per_user) if per_user else 0.0,
+        "input_lens": [r.get("prompt_tokens") or 0 for r in ok],
+        "output_lens": [r.get("completion_tokens") or 0 for r in ok],
+    }
+    m.update(_stats("ttft", ttfts))
+    m.update(_stats("tpot", tpots))
+    m.update(_stats("itl", itls))
+    m.update(_stats("e2el", e2els))
+    return m
+
+
+# ---- server metrics (Prometheus text format) ----
+
+_SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+([-+0-9.eEinfNa]+)')
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def parse_prometheus(text: str) -> list[tuple[str, dict, float]]:
+    """(name, labels, value) for every sample line of a Prometheus text exposition."""
+    out = []
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        m = _SAMPLE.match(line)
+        if not m:
+            continue
+        labels = dict(_LABEL.findall(m.group(2) or ""))
+        try:
+            out.append((m.group(1), labels, float(m.group(3))))
+        except ValueError:
+            continue
+    return out
+
+
+def metric_sum(samples: list[tuple[str, dict, float]], name: str, model: str | None = None) -> float | None:
+    """Sum of a metric over its label sets (optionally one model_name); None when absent."""
+    vals = [v for n, lab, v in samples if n == name and (model is None or lab.get("model_name", model) == model)]
+    return sum(vals) if vals else None
+
+
+def server_snapshot(text: str, model: str | None = None) -> dict:
+    """The counters and gauges the truth checks and the knee need, from one /metrics scrape."""
+    s = parse_prometheus(text)
+    kv = metric_sum(s, "vllm:kv_cache_usage_perc", model)
+    if kv is None:
+        kv = metric_sum(s, "vllm:gpu_cache_usage_perc", model)
+    info = [lab for n, lab, _ in s if n == "vllm:cache_config_info"]
+    blocks = block_size = None
+    if info:
+        try:
+            blocks = int(info[0].get("num_gpu_blocks") or 0) or None
+            block_size = int(info[0].get("block_size") or 0) or None
+        except ValueError:
+            pass
+    return {
+        "generation_tokens_total": metric_sum(s, "vllm:generation_tokens_total", model),
+        "prompt_tokens_total": metric_sum(s, "vllm:prompt_tokens_total", model),
+        "requests_running": metric_sum(s, "vllm:num_requests_running", model),
+        "requests_waiting": metric_sum(s, "vllm:num_requests_waiting", model),
+        "kv_cache_usage": kv,
+        "preemptions_total": metric_sum(s, "vllm:num_preemptions_total", model),
+        "kv_tokens_capacity": blocks * block_size if blocks and block_size else None,
+    }
+
+
+def reconcile(client_output_tokens: int, before: dict, after: dict,
+              tolerance: float = RECONCILE_TOLERANCE) -> dict:
+    """Client token count vs the server's generation counter across a point."""
+    b, a = before.get("generation_tokens_total"), after.get("generation_tokens_total")
+    if a is None or b is None:
+        return {"server_generation_tokens": None, "reconcile_diff": None, "reconciled": None,
+                "reconcile_note": "the server exposes no vllm:generation_tokens_total; not reconciled"}
+    server = a - b
+    diff = abs(client_output_tokens - server) / server if server else (0.0 if client_output_tokens == 0 else 1.0)
+    ok = diff <= tolerance
+    note = "" if ok else (f"client counted {client_output_tokens} output tokens, the server {server:.0f} "
+                          f"({diff:.1%} apart, tolerance {tolerance:.0%}): another client used the server "
+                          "during the point, or requests were cut short")
+    return {"server_generation_tokens": server, "reconcile_diff": diff, "reconciled": ok, "reconcile_note": note}
+
+
+def client_health(cpu_fraction: list[float], loop_lag_ms: list[float], *, max_cpu_fraction: float = 0.9,
+                  max_lag_p99_ms: float = 25.0) -> dict:
+    """Whether the client (not the server) was the bottleneck: any client process near a full core, or
+    event-loop lag (a 10 ms ticker's overshoot) with p99 above the limit."""
+    lag_p99 = percentile(loop_lag_ms, 99)
+    cpu_max = max(cpu_fraction) if cpu_fraction else 0.0
+    reasons = []
+    if cpu_max >= max_cpu_fraction:
+        reasons.append(f"a client process used {cpu_max:.0%} of a core (limit {max_cpu_fraction:.0%}); "
+                       "use more client processes (bench processes)")
+    if lag_p99 > max_lag_p99_ms:
+        reasons.append(f"client event-loop lag p99 {lag_p99:.1f} ms > {max_lag_p99_ms:.0f} ms: timings "
+                       "include client delay; use more client processes or fewer concurrent streams per process")
+    return {"client_cpu_fraction_max": cpu_max, "client_loop_lag_p99_ms": lag_p99,
+            "client_loop_lag_max_ms": max(loop_lag_ms) if loop_lag_ms else 0.0,
+            "client_bound": bool(reasons), "client_reasons": reasons}
+
+
+# ---- sweeps ----
+
+def sweep_levels(max_concurrency: int, levels: list[int] | None = None) -> list[int]:
+    """1, 2, 4, ... up to max_concurrency (inclusive, the bound added when it is not a power of two)."""
+    if levels:
+        bad = [x for x in levels if not isinstance(x, int) or isinstance(x, bool) or x < 1]
+        if bad:
+            raise BenchError(f"concurrency levels must be positive integers, got {bad}")
+        return sorted(set(levels))
+    if not isinstance(max_concurrency, int) or max_concurrency < 1:
+        raise BenchError(f"max concurrency must be a positive integer, got {max_concurrency!r}")
+    out, c = [], 1
+    while c < max_concurrency:
+        out.append(c)
+        c *= 2
+    out.append(max_concurrency)
+    return out
+
+
+def num_prompts_for(concurrency: int, *, per_level: int = 4, minimum: int = 8, maximum: int = 2000) -> int:
+    """Prompts per point, scaled with concurrency so each slot runs several requests."""
+    return max(minimum, min(maximum, concurrency * per_level))
+
+
+def kv_bound(kv_tokens_capacity: int | None, input_len: int, output_len: int) -> int | None:
+    """How many requests of this shape fit in the KV cache at once (None when the capacity is unknown)."""
+    if not kv_tokens_capacity:
+        return None
+    return max(kv_tokens_capacity // (input_len + output_len), 0)
+
+
+def find_knee(points: list[dict], *, min_gain: float = 0.10) -> dict:
+    """Where output throughput stops rising over a concurrency sweep, and the likely cause.
+
+    Only valid points count. The plateau starts at the first point whose throughput gain over the previous
+    one is below min_gain x the relative increase in concurrency (for a doubling, 10% by default); the knee
+    is the point before it. The cause is read from the server's gauges at the plateau point."""
+    pts = sorted((p for p in points if p.get("valid", True)), key=lambda p: p["max_concurrency"])
+    if len(pts) < 2:
+        return {"knee_concurrency": None, "plateau_concurrency": None, "cause": None,
+                "summary": "fewer than two valid points: no knee can be read"}
+    for prev, cur in zip(pts, pts[1:], strict=False):
+        c_gain = cur["max_concurrency"] / prev["max_concurrency"] - 1
+        t_prev = prev["output_throughput"] or 1e-9
+        gain = cur["output_throughput"] / t_prev - 1
+        lat_rise = cur.get("median_e2el_ms", 0) > prev.get("median_e2el_ms", 0)
+        if gain < min_gain * c_gain and lat_rise:
+            cause, why = _cause(cur)
+            return {"knee_concurrency": prev["max_concurrency"], "plateau_concurrency": cur["max_concurrency"],
+                    "throughput_gain": gain, "cause": cause,
+                    "summary": (f"throughput stops rising after C={prev['max_concurrency']} "
+                                f"({prev['output_throughput']:.1f} -> {cur['output_throughput']:.1f} tok/s at "
+                                f"C={cur['max_concurrency']}, {gain:+.0%}) while median E2E latency rises; "
+                                f"likely cause: {why}")}
+    last = pts[-1]
+    return {"knee_concurrency": None, "plateau_concurrency": None, "cause": None,
+            "summary": (f"throughput still rising at the largest concurrency tested (C={last['max_concurrency']}, "
+                        f"{last['output_throughput']:.1f} tok/s); extend the sweep")}
+
+
+def _cause(p: dict) -> tuple[str, str]:
+    kv = p.get("server_kv_cache_usage_max")
+    waiting = p.get("server_requests_waiting_max")
+    if kv is not None and kv >= 0.95:
+        return "kv_room", f"KV cache {kv:.0%} full: the KV room limits concurrent requests"
+    if waiting:
+        return "scheduler", (f"up to {waiting:.0f} requests waiting: the scheduler's limit "
+                             "(max_num_seqs / batched tokens) or KV admission")
+    return "compute", "no requests waiting and KV room left: compute or interconnect bound"
+
+
+def headline(points: list[dict]) -> dict:
+    """The two figures users quote: single-stream output tok/s and the peak output tok/s of the sweep."""
+    valid = [p for p in points if p.get("valid", True)]
+    single = [p for p in valid if p["max_concurrency"] == 1]
+    peak = max(valid, key=lambda p: p["output_throughput"]) if valid else None
+    return {"single_stream_output_tok_s": single[0]["output_throughput"] if single else None,
+            "peak_output_tok_s": peak["output_throughput"] if peak else None,
+            "peak_concurrency": peak["max_concurrency"] if peak else None}
+
+
+def baseline_gate(current: dict, baseline: dict, tolerance: float) -> dict:
+    """Compare headline figures with a stored baseline; a figure more than `tolerance` below fails."""
+    if not 0 <= tolerance < 1:
+        raise BenchError(f"baseline tolerance must be in [0, 1), got {tolerance}")
+    failures, checked = [], {}
+    for key in ("single_stream_output_tok_s", "peak_output_tok_s"):
+        base, cur = baseline.get(key), current.get(key)
+        if base is None:
+            continue
+        if cur is None:
+            failures.append(f"{key}: baseline {base:.1f}, this run has no valid value")
+            continue
+        floor = base * (1 - tolerance)
+        checked[key] = {"baseline": base, "current": cur, "floor": floor}
+        if cur < floor:
+            failures.append(f"{key}: {cur:.1f} < {floor:.1f} (baseline {base:.1f} - {tolerance:.0%})")
+    if not checked and not failures:
+        raise BenchError("the baseline has neither single_stream_output_tok_s nor peak_output_tok_s")
+    return {"passed": not failures, "failures": failures, "checked": checked}

@@ -1,0 +1,338 @@
+"""The benchmark client: streams requests to an OpenAI-compatible server (vLLM) and records timings.
+
+Closed loop (fixed concurrency) or open loop (Poisson arrivals at a request rate, optionally capped by a
+concurrency). Prompts are random token ids (completions, exact input length, no tokenizer needed) or
+random words (chat; the input length is then the server's count). Every request asks for
+`ignore_eos` and `stream_options.include_usage`, so token counts are the server's.
+
+Truth checks recorded per point: /metrics before and after (reconciliation) and sampled during the point
+(waiting/running requests, KV usage); the client's own CPU and event-loop lag; several client processes
+(fork) when one core cannot keep up. aiohttp reads with a large buffer (read_bufsize) so long streamed
+responses are not throttled by a 64 KiB buffer.
+
+Needs aiohttp (present in every vLLM venv, and in modelfleet's own venv).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing
+import os
+import random
+import time
+import urllib.request
+
+from ansible.module_utils.modelfleet import bench
+
+READ_BUFSIZE = 16 * 1024 * 1024
+TICK = 0.010
+_WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
+          "quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
+
+
+def default_config() -> dict:
+    return {
+        "base_url": "http://127.0.0.1:8000", "model": "", "api_key": "", "endpoint": "completions",
+        "input_len": 128, "output_len": 128, "vocab_size": 0, "seed": 0, "warmup": 2,
+        "processes": 1, "request_timeout_s": 600.0, "metrics_interval_s": 0.5,
+        "goodput_ttft_ms": None, "goodput_tpot_ms": None, "max_cpu_fraction": 0.9, "max_lag_p99_ms": 25.0,
+        "reconcile_tolerance": bench.RECONCILE_TOLERANCE,
+    }
+
+
+def _headers(cfg: dict) -> dict:
+    h = {"Content-Type": "application/json"}
+    if cfg.get("api_key"):
+        h["Authorization"] = f"Bearer {cfg['api_key']}"
+    return h
+
+
+def make_prompts(cfg: dict, n: int, salt: int) -> list:
+    """n prompts of input_len: token-id lists when vocab_size is known (completions), else word strings."""
+    rng = random.Random(cfg["seed"] * 1_000_003 + salt)
+    out = []
+    for _ in range(n):
+        if cfg["endpoint"] == "completions" and cfg.get("vocab_size"):
+            # skip the lowest ids (special and byte tokens) and stay inside the tokenizer's range
+            lo, hi = min(100, cfg["vocab_size"] // 4), cfg["vocab_size"]
+            out.append([rng.randrange(lo, hi) for _ in range(cfg["input_len"])])
+        else:
+            out.append(" ".join(rng.choice(_WORDS) for _ in range(cfg["input_len"])))
+    return out
+
+
+def _payload(cfg: dict, prompt) -> dict:
+    body = {"model": cfg["model"], "max_tokens": cfg["output_len"], "stream": True, "ignore_eos": True,
+            "temperature": 0.0, "stream_options": {"include_usage": True}}
+    if cfg["endpoint"] == "chat":
+        body["messages"] = [{"role": "user", "content": prompt if isinstance(prompt, str) else str(prompt)}]
+    else:
+        body["prompt"] = prompt
+    return body
+
+
+def _is_token_step(chunk: dict, chat: bool) -> bool:
+    """A chunk that carries a generation step. Completions: any chunk with a choice (its text can be empty
+    while a multi-byte character is incomplete). Chat: not the role-only opening delta, which the server
+    sends before generating anything."""
+    choices = chunk.get("choices") or []
+    if not choices:
+        return False
+    if not chat:
+        return True
+    d = choices[0].get("delta") or {}
+    return any(k in d for k in ("content", "reasoning_content", "reasoning", "tool_calls")) and not (
+        d.get("role") and not d.get("content"))
+
+
+async def one_request(session, cfg: dict, prompt) -> dict:
+    import aiohttp
+
+    chat = cfg["endpoint"] == "chat"
+    path = "/v1/chat/completions" if chat else "/v1/completions"
+    rec = {"start": time.perf_counter(), "end": 0.0, "chunk_times": [], "prompt_tokens": 0,
+           "completion_tokens": 0, "error": ""}
+    try:
+        async with session.post(cfg["base_url"] + path, json=_payload(cfg, prompt), headers=_headers(cfg)) as r:
+            if r.status != 200:
+                rec["error"] = f"HTTP {r.status}: {(await r.text())[:200]}"
+            else:
+                async for raw in r.content:
+                    line = raw.strip()
+                    if not line.startswith(b"data:"):
+                        continue
+                    data = line[5:].strip()
+                    if data == b"[DONE]":
+                        break
+                    now = time.perf_counter()
+                    chunk = json.loads(data)
+                    if "error" in chunk:
+                        err = chunk["error"]
+                        rec["error"] = str(err.get("message") if isinstance(err, dict) else err)[:200]
+                        break
+                    if _is_token_step(chunk, chat):
+                        rec["chunk_times"].append(now)
+                    usage = chunk.get("usage")
+                    if usage:
+                        rec["prompt_tokens"] = usage.get("prompt_tokens") or 0
+                        rec["completion_tokens"] = usage.get("completion_tokens") or 0
+                if not rec["completion_tokens"] and not rec["error"]:
+                    rec["error"] = "the stream ended without a usage record (server too old for include_usage?)"
+    except (TimeoutError, aiohttp.ClientError, ValueError) as e:
+        rec["error"] = f"{type(e).__name__}: {e}"[:200]
+    rec["end"] = time.perf_counter()
+    return rec
+
+
+async def _lag_ticker(lags: list, stop: asyncio.Event) -> None:
+    while not stop.is_set():
+        t = time.perf_counter()
+        await asyncio.sleep(TICK)
+        lags.append(max(time.perf_counter() - t - TICK, 0.0) * 1000)
+
+
+def _session(cfg: dict, limit: int):
+    import aiohttp
+
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=max(limit, 1) + 4, force_close=False),
+        timeout=aiohttp.ClientTimeout(total=cfg["request_timeout_s"]),
+        read_bufsize=READ_BUFSIZE)
+
+
+async def _drive(cfg: dict, prompts: list, concurrency: int | None, rate: float | None, start_at: float) -> dict:
+    """Run prompts closed-loop at `concurrency`, or Poisson at `rate` (capped by concurrency when given)."""
+    lags: list = []
+    stop = asyncio.Event()
+    records: list = []
+    async with _session(cfg, concurrency or len(prompts)) as session:
+        delay = start_at - time.perf_counter()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        ticker = asyncio.create_task(_lag_ticker(lags, stop))
+        cpu0, wall0 = time.process_time(), time.perf_counter()
+        if rate:
+            rng = random.Random(cfg["seed"] + 7)
+            sem = asyncio.Semaphore(concurrency) if concurrency else None
+
+            async def timed(p):
+                if sem is None:
+                    records.append(await one_request(session, cfg, p))
+                    return
+                async with sem:
+                    records.append(await one_request(session, cfg, p))
+
+            tasks = []
+            for p in prompts:
+                tasks.append(asyncio.create_task(timed(p)))
+                await asyncio.sleep(rng.expovariate(rate))
+            await asyncio.gather(*tasks)
+        else:
+            queue = list(reversed(prompts))
+
+            async def worker():
+                while queue:
+                    records.append(await one_request(session, cfg, queue.pop()))
+
+            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
+        cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
+        stop.set()
+        await ticker
+    return {"records": records, "cpu_fraction": cpu / wall if wall > 0 else 0.0, "loop_lag_ms": lags}
+
+
+def _child(cfg, prompts, concurrency, rate, start_at, conn) -> None:
+    try:
+        conn.send(asyncio.run(_drive(cfg, prompts, concurrency, rate, start_at)))
+    except BaseException as e:  # the parent reports it
+        conn.send({"error": f"{type(e).__name__}: {e}"})
+    finally:
+        conn.close()
+
+
+def scrape(cfg: dict) -> str:
+    req = urllib.request.Request(cfg["base_url"] + "/metrics", headers=_headers(cfg))
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.read().decode("utf-8", "replace")
+
+
+async def _sample_gauges(cfg: dict, stop: asyncio.Event, out: list) -> None:
+    import aiohttp
+
+    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
+        while not stop.is_set():
+            try:
+                async with s.get(cfg["base_url"] + "/metrics", headers=_headers(cfg)) as r:
+                    out.append(bench.server_snapshot(await r.text(), cfg["model"]))
+            except (TimeoutError, aiohttp.ClientError):
+                pass
+            try:
+                await asyncio.wait_for(stop.wait(), cfg["metrics_interval_s"])
+            except TimeoutError:
+                pass
+
+
+def _split(n: int, k: int) -> list[int]:
+    return [n // k + (1 if i < n % k else 0) for i in range(k)]
+
+
+def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float | None = None,
+              num_prompts: int = 8) -> dict:
+    """One benchmark point: warm-up, scrape, run (1..N client processes), scrape, metrics and checks."""
+    if not concurrency and not request_rate:
+        raise bench.BenchError("a point needs a concurrency or a request rate")
+    procs = max(1, min(int(cfg.get("processes") or 1), concurrency or num_prompts, num_prompts))
+    if cfg.get("warmup"):
+        w = make_prompts(cfg, cfg["warmup"], salt=-1)
+        asyncio.run(_drive(cfg, w, min(cfg["warmup"], concurrency or cfg["warmup"]), None, 0.0))
+    try:
+        before = bench.server_snapshot(scrape(cfg), cfg["model"])
+    except OSError as e:
+        raise bench.BenchError(f"cannot read {cfg['base_url']}/metrics ({e}); is the server up and the API key "
+                               "right?") from e
+    prompts = make_prompts(cfg, num_prompts, salt=concurrency or int(request_rate * 1000))
+    samples: list = []
+    start_at = time.perf_counter() + (0.3 if procs > 1 else 0.0)
+    if procs == 1:
+        async def main():
+            stop = asyncio.Event()
+            sampler = asyncio.create_task(_sample_gauges(cfg, stop, samples))
+            res = await _drive(cfg, prompts, concurrency, request_rate, start_at)
+            stop.set()
+            await sampler
+            return [res]
+        parts = asyncio.run(main())
+    else:
+        ctx = multiprocessing.get_context("fork")
+        shares = _split(num_prompts, procs)
+        conc = _split(concurrency, procs) if concurrency else [None] * procs
+        children, offset = [], 0
+        for i in range(procs):
+            parent_end, child_end = ctx.Pipe(duplex=False)
+            sub = dict(cfg, seed=cfg["seed"] + i)
+            p = ctx.Process(target=_child, args=(sub, prompts[offset:offset + shares[i]], conc[i],
+                                                 request_rate / procs if request_rate else None, start_at,
+                                                 child_end), daemon=True)
+            offset += shares[i]
+            p.start()
+            child_end.close()
+            children.append((p, parent_end))
+
+        async def main():
+            stop = asyncio.Event()
+            sampler = asyncio.create_task(_sample_gauges(cfg, stop, samples))
+            loop = asyncio.get_running_loop()
+            got = await asyncio.gather(*(loop.run_in_executor(None, c.recv) for _, c in children))
+            stop.set()
+            await sampler
+            return got
+        parts = asyncio.run(main())
+        for p, c in children:
+            p.join(10)
+            c.close()
+        errs = [x["error"] for x in parts if "error" in x]
+        if errs:
+            raise bench.BenchError(f"a client process failed: {errs[0]}")
+    after = bench.server_snapshot(scrape(cfg), cfg["model"])
+    records = [r for part in parts for r in part["records"]]
+    m = bench.point_metrics(records, goodput_ttft_ms=cfg.get("goodput_ttft_ms"),
+                            goodput_tpot_ms=cfg.get("goodput_tpot_ms"))
+    m.update(bench.reconcile(m["total_output_tokens"], before, after, cfg["reconcile_tolerance"]))
+    m.update(bench.client_health([x["cpu_fraction"] for x in parts], [v for x in parts for v in x["loop_lag_ms"]],
+                                 max_cpu_fraction=cfg["max_cpu_fraction"], max_lag_p99_ms=cfg["max_lag_p99_ms"]))
+    waits = [s["requests_waiting"] for s in samples if s.get("requests_waiting") is not None]
+    kvs = [s["kv_cache_usage"] for s in samples if s.get("kv_cache_usage") is not None]
+    runs = [s["requests_running"] for s in samples if s.get("requests_running") is not None]
+    m.update({
+        "max_concurrency": concurrency, "request_rate": request_rate if request_rate else "inf",
+        "num_prompts": num_prompts, "client_processes": procs,
+        "server_requests_waiting_max": max(waits) if waits else None,
+        "server_requests_running_max": max(runs) if runs else None,
+        "server_kv_cache_usage_max": max(kvs) if kvs else None,
+        "server_metric_samples": len(samples),
+        "server_kv_tokens_capacity": after.get("kv_tokens_capacity"),
+    })
+    invalid = []
+    if m["client_bound"]:
+        invalid += m["client_reasons"]
+    if m["reconciled"] is False:
+        invalid.append(m["reconcile_note"])
+    if m["failed"]:
+        invalid.append(f"{m['failed']} of {num_prompts} requests failed: {m['errors'][:3]}")
+    m["valid"] = not invalid
+    m["invalid_reasons"] = invalid
+    return m
+
+
+def run_sweep(cfg: dict, *, levels: list[int], request_rate: float | None = None, per_level: int = 4,
+              min_prompts: int = 8, max_prompts: int = 2000, kv_tokens_capacity: int | None = None,
+              progress=None) -> dict:
+    """A concurrency sweep (or one rate point per level cap); the result carries points, knee, headline."""
+    points = []
+    started = time.time()
+    for c in levels:
+        n = bench.num_prompts_for(c, per_level=per_level, minimum=min_prompts, maximum=max_prompts)
+        p = run_point(cfg, concurrency=c, request_rate=request_rate, num_prompts=n)
+        cap = kv_tokens_capacity or p.get("server_kv_tokens_capacity")
+        bound = bench.kv_bound(cap, cfg["input_len"], cfg["output_len"])
+        p["kv_bound_concurrency"] = bound
+        p["beyond_kv_bound"] = bool(bound is not None and c > bound)
+        points.append(p)
+        if progress:
+            progress(p)
+    return {
+        "date": time.strftime("%Y%m%d-%H%M%S", time.gmtime(started)),
+        "started_at": started, "finished_at": time.time(),
+        "backend": "openai-chat" if cfg["endpoint"] == "chat" else "openai",
+        "model_id": cfg["model"], "base_url": cfg["base_url"],
+        "client": {k: v for k, v in cfg.items() if k != "api_key"} | {"levels": levels,
+                                                                     "request_rate": request_rate,
+                                                                     "per_level": per_level,
+                                                                     "read_bufsize": READ_BUFSIZE,
+                                                                     "pid": os.getpid()},
+        "points": points,
+        "knee": bench.find_knee(points),
+        "headline": bench.headline(points),
+        "formulas": bench.FORMULAS,
+    }

@@ -1,0 +1,191 @@
+"""Benchmark reports on the controller: per host JSON, CSV, PNG and HTML; a comparison across results.
+
+The JSON is the client's result as is (field names compatible with `vllm bench serve --save-result` where
+the meaning is the same) plus provenance. The plot shows output throughput (left axis) and median E2E
+latency and TPOT (right axis) against concurrency, the knee marked and invalid points crossed out.
+"""
+
+from __future__ import annotations
+
+import csv
+import html
+import json
+from pathlib import Path
+
+THROUGHPUT_COLOR = "#1f77b4"
+LATENCY_COLOR = "#d62728"
+TPOT_COLOR = "#ff7f0e"
+
+CSV_FIELDS = [
+    "max_concurrency", "request_rate", "num_prompts", "completed", "failed", "duration",
+    "output_throughput", "total_token_throughput", "request_throughput", "request_goodput",
+    "output_tokens_per_user_s", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
+    "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms",
+    "mean_e2el_ms", "median_e2el_ms", "p90_e2el_ms", "p99_e2el_ms", "total_output_tokens",
+    "server_generation_tokens", "reconcile_diff", "client_cpu_fraction_max", "client_loop_lag_p99_ms",
+    "client_processes", "server_requests_waiting_max", "server_kv_cache_usage_max", "kv_bound_concurrency",
+    "beyond_kv_bound", "valid", "invalid_reasons",
+]
+
+
+def write_csv(result: dict, path: Path) -> None:
+    with path.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=CSV_FIELDS, extrasaction="ignore")
+        w.writeheader()
+        for p in result["points"]:
+            row = dict(p)
+            row["invalid_reasons"] = "; ".join(p.get("invalid_reasons") or [])
+            w.writerow(row)
+
+
+def plot(result: dict, path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    pts = sorted(result["points"], key=lambda p: p["max_concurrency"])
+    xs = [p["max_concurrency"] for p in pts]
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    ax.plot(xs, [p["output_throughput"] for p in pts], "o-", color=THROUGHPUT_COLOR, lw=2.5,
+            label="output throughput (tok/s)")
+    ax.set_xscale("log", base=2)
+    ax.set_xlabel("concurrency (requests in flight)")
+    ax.set_ylabel("output tok/s", color=THROUGHPUT_COLOR)
+    ax.set_xticks(xs, [str(x) for x in xs])
+    ax2 = ax.twinx()
+    ax2.plot(xs, [p["median_e2el_ms"] for p in pts], "s-", color=LATENCY_COLOR, lw=2.5,
+             label="median E2E latency (ms)")
+    ax2.plot(xs, [p["median_tpot_ms"] for p in pts], "^--", color=TPOT_COLOR, lw=1.5, label="median TPOT (ms)")
+    ax2.set_ylabel("latency (ms)", color=LATENCY_COLOR)
+    bad = [p for p in pts if not p.get("valid", True)]
+    if bad:
+        ax.plot([p["max_concurrency"] for p in bad], [p["output_throughput"] for p in bad], "x", color="black",
+                ms=12, mew=2, label="invalid point")
+    knee = (result.get("knee") or {}).get("knee_concurrency")
+    if knee:
+        ax.axvline(knee, color="gray", ls=":", lw=1.5)
+        ax.annotate(f"knee C={knee}", (knee, ax.get_ylim()[1]), textcoords="offset points", xytext=(4, -14),
+                    color="dimgray")
+    lines = ax.get_legend_handles_labels()
+    lines2 = ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def _fmt(v, nd=1):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.{nd}f}"
+    return html.escape(str(v))
+
+
+def write_html(result: dict, path: Path, png_name: str, title: str) -> None:
+    pts = sorted(result["points"], key=lambda p: p["max_concurrency"])
+    cols = [("C", "max_concurrency"), ("prompts", "num_prompts"), ("out tok/s", "output_throughput"),
+            ("tok/s/user", "output_tokens_per_user_s"), ("TTFT p50 ms", "median_ttft_ms"),
+            ("TTFT p99 ms", "p99_ttft_ms"), ("TPOT p50 ms", "median_tpot_ms"), ("ITL p99 ms", "p99_itl_ms"),
+            ("E2E p50 ms", "median_e2el_ms"), ("E2E p99 ms", "p99_e2el_ms"),
+            ("server tokens", "server_generation_tokens"), ("diff", "reconcile_diff"),
+            ("client CPU", "client_cpu_fraction_max"), ("waiting max", "server_requests_waiting_max"),
+            ("KV max", "server_kv_cache_usage_max")]
+    head = "".join(f"<th>{html.escape(c)}</th>" for c, _ in cols) + "<th>valid</th>"
+    rows = []
+    for p in pts:
+        cells = "".join(f"<td>{_fmt(p.get(k), 3 if k in ('reconcile_diff', 'client_cpu_fraction_max') else 1)}</td>"
+                        for _, k in cols)
+        note = "yes" if p.get("valid", True) else "no: " + html.escape("; ".join(p.get("invalid_reasons") or []))
+        if p.get("beyond_kv_bound"):
+            note += " (beyond the KV bound)"
+        rows.append(f"<tr>{cells}<td>{note}</td></tr>")
+    prov = html.escape(json.dumps(result.get("provenance", {}), indent=2, sort_keys=True))
+    formulas = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
+                       for k, v in result.get("formulas", {}).items())
+    h = result.get("headline", {})
+    doc = f"""<!doctype html>
+<html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}pre{{background:#f6f6f6;padding:1em}}</style>
+</head><body>
+<h1>{html.escape(title)}</h1>
+<p>Single stream: <b>{_fmt(h.get('single_stream_output_tok_s'))}</b> output tok/s.
+Peak: <b>{_fmt(h.get('peak_output_tok_s'))}</b> output tok/s at C={_fmt(h.get('peak_concurrency'))}.</p>
+<p>Knee: {html.escape((result.get('knee') or {}).get('summary', '-'))}</p>
+<img src="{html.escape(png_name)}" alt="throughput and latency vs concurrency">
+<h2>Points</h2><table><tr>{head}</tr>{''.join(rows)}</table>
+<h2>Formulas</h2><ul>{formulas}</ul>
+<h2>Provenance</h2><pre>{prov}</pre>
+</body></html>
+"""
+    path.write_text(doc)
+
+
+def write_reports(result: dict, out_dir: Path, name: str) -> dict:
+    """JSON, CSV, PNG and HTML for one result; returns their paths."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    prov = result.get("provenance", {})
+    title = f"{name}: {prov.get('model_repo', result.get('model_id'))}@{str(prov.get('revision', ''))[:12]}"
+    paths = {k: out_dir / f"{name}.{k}" for k in ("json", "csv", "png", "html")}
+    paths["json"].write_text(json.dumps(result, indent=2, sort_keys=True))
+    write_csv(result, paths["csv"])
+    plot(result, paths["png"], title)
+    write_html(result, paths["html"], paths["png"].name, title)
+    return {k: str(v) for k, v in paths.items()}
+
+
+def comparison_rows(results: dict[str, dict]) -> list[dict]:
+    """One row per result: the seed's INT4 vs NVFP4 vs MiniMax table shape."""
+    rows = []
+    for name, r in sorted(results.items()):
+        prov, h, k = r.get("provenance", {}), r.get("headline", {}), r.get("knee", {})
+        rows.append({"name": name, "model": prov.get("model_repo") or r.get("model_id"),
+                     "revision": str(prov.get("revision", ""))[:12], "host": prov.get("host", ""),
+                     "tp": prov.get("tensor_parallel_size"), "ep": prov.get("expert_parallel"),
+                     "single_stream_tok_s": h.get("single_stream_output_tok_s"),
+                     "peak_tok_s": h.get("peak_output_tok_s"), "peak_concurrency": h.get("peak_concurrency"),
+                     "knee_concurrency": k.get("knee_concurrency"), "knee_cause": k.get("cause"),
+                     "valid_points": sum(1 for p in r["points"] if p.get("valid", True)),
+                     "points": len(r["points"])})
+    return rows
+
+
+def write_comparison(results: dict[str, dict], out_dir: Path) -> dict:
+    rows = comparison_rows(results)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    csv_path, md_path, html_path = (out_dir / f"comparison.{e}" for e in ("csv", "md", "html"))
+    if rows:
+        with csv_path.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=list(rows[0]))
+            w.writeheader()
+            w.writerows(rows)
+    md_path.write_text(comparison_markdown(rows))
+    head = "".join(f"<th>{html.escape(c)}</th>" for c in (rows[0] if rows else []))
+    body = "".join("<tr>" + "".join(f"<td>{_fmt(v)}</td>" for v in r.values()) + "</tr>" for r in rows)
+    html_path.write_text(f"<!doctype html><html><head><meta charset='utf-8'><title>comparison</title></head>"
+                         f"<body><h1>Benchmark comparison</h1><table border=1><tr>{head}</tr>{body}</table>"
+                         "</body></html>\n")
+    return {"csv": str(csv_path), "md": str(md_path), "html": str(html_path)}
+
+
+def comparison_markdown(rows: list[dict]) -> str:
+    if not rows:
+        return "(no results)\n"
+    cols = ["name", "model", "revision", "tp", "ep", "single_stream_tok_s", "peak_tok_s", "peak_concurrency",
+            "knee_concurrency", "knee_cause"]
+    lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+    for r in rows:
+        lines.append("| " + " | ".join(_plain(r.get(c)) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _plain(v) -> str:
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:,.1f}"
+    return str(v)

@@ -1,0 +1,134 @@
+"""The benchmark client and reports against real vLLM (CPU) serving the tiny model: a sweep 1..16 writes
+every artifact, tokens reconcile with the server's counter at every valid point, and the PNG shows both
+curves. Also: another client on the server during a point breaks reconciliation and is flagged."""
+
+from __future__ import annotations
+
+import csv
+import json
+import subprocess
+import sys
+import threading
+
+import pytest
+from ansible.module_utils.modelfleet import bench, bench_client
+
+pytestmark = pytest.mark.integration
+
+
+def _cfg(url, **kw):
+    cfg = bench_client.default_config()
+    cfg.update({"base_url": url, "model": "tiny-llama", "input_len": 16, "output_len": 12, "vocab_size": 386,
+                "warmup": 1, **kw})
+    return cfg
+
+
+@pytest.fixture(scope="module")
+def sweep(vllm_server, tmp_path_factory):
+    out = tmp_path_factory.mktemp("bench")
+    cmd = [sys.executable, "-m", "modelfleet.cli", "bench", "--url", vllm_server.url, "--model", "tiny-llama",
+           "--input-len", "16", "--output-len", "12", "--vocab-size", "386", "--max-concurrency", "16",
+           "--per-level", "2", "--min-prompts", "6", "--warmup", "1", "--model-repo", "modelfleet-test/tiny-llama",
+           "--revision", "57acd6fa976d1848528c6ee94458c99f479b17bf", "--name", "tiny", "--out", str(out), "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
+    assert r.returncode in (0, 1), r.stderr
+    return out, json.loads(r.stdout), r
+
+
+def test_sweep_writes_every_artifact(sweep):
+    out, summary, _ = sweep
+    for ext in ("json", "csv", "png", "html"):
+        assert (out / f"tiny.{ext}").stat().st_size > 200, ext
+    result = json.loads((out / "tiny.json").read_text())
+    assert [p["max_concurrency"] for p in result["points"]] == [1, 2, 4, 8, 16]
+    assert result["provenance"]["revision"] == "57acd6fa976d1848528c6ee94458c99f479b17bf"
+    assert set(bench.FORMULAS) <= set(result["formulas"])
+    rows = list(csv.DictReader((out / "tiny.csv").open()))
+    assert [int(r["max_concurrency"]) for r in rows] == [1, 2, 4, 8, 16]
+    html = (out / "tiny.html").read_text()
+    assert 'src="tiny.png"' in html and "Provenance" in html and "57acd6fa976d" in html
+    assert summary["headline"]["single_stream_output_tok_s"] > 0
+
+
+def test_every_point_is_measured_and_reconciled(sweep):
+    out, _, _ = sweep
+    result = json.loads((out / "tiny.json").read_text())
+    for p in result["points"]:
+        assert p["failed"] == 0, p["errors"]
+        assert p["completed"] == p["num_prompts"]
+        # ignore_eos: every request generated exactly output_len tokens, counted by the server
+        assert p["output_lens"] == [12] * p["completed"]
+        assert p["input_lens"] == [16] * p["completed"]
+        assert p["server_generation_tokens"] is not None
+        if p["valid"]:
+            assert p["reconcile_diff"] <= 0.02, p
+        assert p["mean_ttft_ms"] > 0 and p["mean_tpot_ms"] > 0 and p["p99_e2el_ms"] >= p["median_e2el_ms"]
+        assert p["server_metric_samples"] >= 1
+    assert sum(p["valid"] for p in result["points"]) >= 3, [p["invalid_reasons"] for p in result["points"]]
+    assert result["knee"]["summary"]
+
+
+def test_png_shows_both_curves(sweep):
+    from PIL import Image
+
+    from modelfleet import report
+
+    out, _, _ = sweep
+    img = Image.open(out / "tiny.png").convert("RGB")
+    assert img.size == (800, 450)
+
+    def count(hex_color):
+        want = tuple(int(hex_color[i:i + 2], 16) for i in (1, 3, 5))
+        return sum(1 for px in img.get_flattened_data()
+                   if all(abs(a - b) <= 12 for a, b in zip(px, want, strict=True)))
+
+    assert count(report.THROUGHPUT_COLOR) > 300
+    assert count(report.LATENCY_COLOR) > 300
+
+
+def test_another_client_breaks_reconciliation(vllm_server):
+    """A second client generating tokens during the point: the server's counter exceeds the client's."""
+    cfg = _cfg(vllm_server.url, output_len=24)
+    other = _cfg(vllm_server.url, output_len=24, seed=9)
+    done = threading.Event()
+
+    def noise():
+        while not done.is_set():
+            bench_client.run_point(dict(other, warmup=0), concurrency=2, num_prompts=2)
+
+    t = threading.Thread(target=noise, daemon=True)
+    t.start()
+    try:
+        p = bench_client.run_point(cfg, concurrency=1, num_prompts=4)
+    finally:
+        done.set()
+        t.join(120)
+    assert p["reconciled"] is False and not p["valid"]
+    assert any("another client" in r for r in p["invalid_reasons"])
+
+
+def test_multi_process_client_and_poisson(vllm_server):
+    p = bench_client.run_point(_cfg(vllm_server.url, processes=2), concurrency=4, num_prompts=8)
+    assert p["client_processes"] == 2 and p["completed"] == 8 and p["reconciled"] is True
+    r = bench_client.run_point(_cfg(vllm_server.url), concurrency=4, request_rate=20.0, num_prompts=6)
+    assert r["completed"] == 6 and r["request_rate"] == 20.0
+
+
+def test_unreachable_server_is_a_clear_error():
+    with pytest.raises(bench.BenchError, match="cannot read http://127.0.0.1:9/metrics"):
+        bench_client.run_point(_cfg("http://127.0.0.1:9", warmup=0), concurrency=1, num_prompts=1)
+
+
+def test_report_refuses_bad_input(tmp_path):
+    bad = tmp_path / "x.json"
+    bad.write_text("{}")
+    r = subprocess.run([sys.executable, "-m", "modelfleet.cli", "report", str(bad), "--out", str(tmp_path)],
+                       capture_output=True, text=True)
+    assert r.returncode == 2 and "has no benchmark points" in r.stderr
+    r = subprocess.run([sys.executable, "-m", "modelfleet.cli", "report", "--compare", str(tmp_path / "none"),
+                        "--out", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 2 and "none: not a readable benchmark result" in r.stderr
+    (tmp_path / "empty").mkdir()
+    r = subprocess.run([sys.executable, "-m", "modelfleet.cli", "report", "--compare", str(tmp_path / "empty"),
+                        "--out", str(tmp_path)], capture_output=True, text=True)
+    assert r.returncode == 2 and "no benchmark results" in r.stderr

@@ -1,0 +1,164 @@
+"""Benchmark arithmetic: metrics formulas, Prometheus parsing, reconciliation, client health, knee, gate."""
+
+from __future__ import annotations
+
+import pytest
+from ansible.module_utils.modelfleet import bench
+from ansible.module_utils.modelfleet.bench import BenchError
+
+
+def rec(start, ttft, gaps, n=None, prompt=10, error=""):
+    chunks = [start + ttft]
+    for g in gaps:
+        chunks.append(chunks[-1] + g)
+    return {"start": start, "end": chunks[-1], "chunk_times": chunks, "prompt_tokens": prompt,
+            "completion_tokens": len(chunks) if n is None else n, "error": error}
+
+
+def test_percentile_matches_linear_interpolation():
+    assert bench.percentile([], 50) == 0.0
+    assert bench.percentile([5], 99) == 5
+    assert bench.percentile([1, 2, 3, 4], 50) == 2.5
+    assert bench.percentile(list(range(101)), 90) == 90
+    assert bench.percentile([10, 0], 25) == 2.5
+
+
+def test_point_metrics_formulas():
+    # two requests: ttft 0.1 s, then 4 gaps of 0.05 s -> 5 tokens, e2el 0.3 s, tpot 0.05 s
+    recs = [rec(0.0, 0.1, [0.05] * 4), rec(0.1, 0.2, [0.05] * 4)]
+    m = bench.point_metrics(recs)
+    assert m["completed"] == 2 and m["failed"] == 0
+    assert m["duration"] == pytest.approx(0.5)  # 0.0 -> 0.1 + 0.2 + 0.2
+    assert m["total_output_tokens"] == 10 and m["total_input_tokens"] == 20
+    assert m["output_throughput"] == pytest.approx(10 / 0.5)
+    assert m["total_token_throughput"] == pytest.approx(30 / 0.5)
+    assert m["request_throughput"] == pytest.approx(4.0)
+    assert m["mean_ttft_ms"] == pytest.approx(150)
+    assert m["median_ttft_ms"] == pytest.approx(150)
+    assert m["mean_tpot_ms"] == pytest.approx(50)
+    assert m["mean_itl_ms"] == pytest.approx(50) and m["std_itl_ms"] == pytest.approx(0, abs=1e-9)
+    assert m["mean_e2el_ms"] == pytest.approx(350)
+    assert m["p99_e2el_ms"] == pytest.approx(300 + 100 * 0.99)
+    assert m["output_tokens_per_user_s"] == pytest.approx(20)
+    assert m["request_goodput"] is None
+
+
+def test_tpot_uses_server_count_not_chunks():
+    # one chunk carried 3 tokens: server says n=7 over 5 chunks; tpot = (e2el - ttft) / (n - 1)
+    m = bench.point_metrics([rec(0.0, 0.1, [0.06] * 4, n=7)])
+    assert m["mean_tpot_ms"] == pytest.approx(240 / 6)
+    assert m["mean_itl_ms"] == pytest.approx(60)
+
+
+def test_goodput_counts_requests_within_limits():
+    recs = [rec(0, 0.05, [0.01] * 3), rec(0, 0.5, [0.01] * 3), rec(0, 0.05, [0.2] * 3)]
+    m = bench.point_metrics(recs, goodput_ttft_ms=100, goodput_tpot_ms=50)
+    assert m["request_goodput"] == pytest.approx(1 / m["duration"])
+
+
+def test_failed_requests_are_counted_not_timed():
+    recs = [rec(0, 0.1, [0.05]), {"start": 0, "end": 1.0, "chunk_times": [], "prompt_tokens": 0,
+                                  "completion_tokens": 0, "error": "HTTP 500: boom"}]
+    m = bench.point_metrics(recs)
+    assert m["completed"] == 1 and m["failed"] == 1 and m["errors"] == ["HTTP 500: boom"]
+    assert m["mean_ttft_ms"] == pytest.approx(100)
+
+
+def test_empty_point_is_an_error():
+    with pytest.raises(BenchError, match="num_prompts"):
+        bench.point_metrics([])
+
+
+PROM = """# HELP vllm:generation_tokens_total Number of generation tokens processed.
+# TYPE vllm:generation_tokens_total counter
+vllm:generation_tokens_total{engine="0",model_name="tiny"} 1234.0
+vllm:generation_tokens_total{engine="1",model_name="tiny"} 6.0
+vllm:generation_tokens_total{engine="0",model_name="other"} 999.0
+vllm:prompt_tokens_total{engine="0",model_name="tiny"} 50
+vllm:num_requests_waiting{engine="0",model_name="tiny"} 3.0
+vllm:num_requests_running{engine="0",model_name="tiny"} 8.0
+vllm:kv_cache_usage_perc{engine="0",model_name="tiny"} 0.42
+vllm:cache_config_info{block_size="16",num_gpu_blocks="1000",engine="0"} 1.0
+process_cpu_seconds_total 12.5
+"""
+
+
+def test_parse_prometheus_and_snapshot():
+    s = bench.parse_prometheus(PROM)
+    assert ("process_cpu_seconds_total", {}, 12.5) in s
+    snap = bench.server_snapshot(PROM, "tiny")
+    assert snap["generation_tokens_total"] == 1240.0
+    assert snap["prompt_tokens_total"] == 50
+    assert snap["requests_waiting"] == 3 and snap["requests_running"] == 8
+    assert snap["kv_cache_usage"] == pytest.approx(0.42)
+    assert snap["kv_tokens_capacity"] == 16000
+    assert bench.server_snapshot(PROM)["generation_tokens_total"] == 2239.0
+    assert bench.server_snapshot("", "tiny")["generation_tokens_total"] is None
+
+
+def test_reconcile_within_and_beyond_tolerance():
+    b, a = {"generation_tokens_total": 100.0}, {"generation_tokens_total": 1100.0}
+    assert bench.reconcile(1000, b, a)["reconciled"] is True
+    assert bench.reconcile(1015, b, a)["reconcile_diff"] == pytest.approx(0.015)
+    r = bench.reconcile(900, b, a)
+    assert r["reconciled"] is False and "10.0% apart" in r["reconcile_note"]
+    assert bench.reconcile(10, {}, {})["reconciled"] is None
+
+
+def test_client_health_flags_cpu_and_lag():
+    ok = bench.client_health([0.3, 0.5], [0.1] * 200)
+    assert not ok["client_bound"] and ok["client_cpu_fraction_max"] == 0.5
+    cpu = bench.client_health([0.95], [0.1] * 10)
+    assert cpu["client_bound"] and "95% of a core" in cpu["client_reasons"][0]
+    lag = bench.client_health([0.2], [1.0] * 90 + [80.0] * 10)
+    assert lag["client_bound"] and "lag p99" in lag["client_reasons"][0]
+
+
+def test_sweep_levels_and_prompt_scaling():
+    assert bench.sweep_levels(16) == [1, 2, 4, 8, 16]
+    assert bench.sweep_levels(12) == [1, 2, 4, 8, 12]
+    assert bench.sweep_levels(1) == [1]
+    assert bench.sweep_levels(0, [4, 1, 4]) == [1, 4]
+    with pytest.raises(BenchError, match="positive integer"):
+        bench.sweep_levels(0)
+    with pytest.raises(BenchError, match=r"\[0\]"):
+        bench.sweep_levels(4, [0])
+    assert bench.num_prompts_for(1) == 8 and bench.num_prompts_for(16) == 64
+    assert bench.num_prompts_for(1000, maximum=2000) == 2000
+    assert bench.kv_bound(16000, 100, 100) == 80 and bench.kv_bound(None, 1, 1) is None
+
+
+def pt(c, thr, e2e, waiting=0, kv=0.1, valid=True):
+    return {"max_concurrency": c, "output_throughput": thr, "median_e2el_ms": e2e,
+            "server_requests_waiting_max": waiting, "server_kv_cache_usage_max": kv, "valid": valid}
+
+
+def test_knee_found_with_cause():
+    pts = [pt(1, 80, 100), pt(2, 150, 105), pt(4, 280, 110), pt(8, 300, 200, waiting=4), pt(16, 305, 400)]
+    k = bench.find_knee(pts)
+    assert k["knee_concurrency"] == 4 and k["plateau_concurrency"] == 8
+    assert k["cause"] == "scheduler" and "C=4" in k["summary"]
+    kv = bench.find_knee([pt(1, 80, 100), pt(2, 85, 180, kv=0.99)])
+    assert kv["cause"] == "kv_room"
+    comp = bench.find_knee([pt(1, 80, 100), pt(2, 82, 190)])
+    assert comp["cause"] == "compute"
+
+
+def test_knee_ignores_invalid_points_and_reports_no_knee():
+    pts = [pt(1, 80, 100), pt(2, 81, 300, valid=False), pt(4, 300, 110)]
+    k = bench.find_knee(pts)
+    assert k["knee_concurrency"] is None and "still rising" in k["summary"]
+    assert bench.find_knee([pt(1, 1, 1)])["summary"].startswith("fewer than two")
+
+
+def test_headline_and_baseline_gate():
+    pts = [pt(1, 82, 100), pt(8, 2276, 300), pt(16, 2000, 900, valid=False)]
+    h = bench.headline(pts)
+    assert h == {"single_stream_output_tok_s": 82, "peak_output_tok_s": 2276, "peak_concurrency": 8}
+    assert bench.baseline_gate(h, {"single_stream_output_tok_s": 80, "peak_output_tok_s": 2300}, 0.05)["passed"]
+    g = bench.baseline_gate(h, {"peak_output_tok_s": 2600}, 0.10)
+    assert not g["passed"] and "2276.0 < 2340.0" in g["failures"][0]
+    with pytest.raises(BenchError, match="tolerance"):
+        bench.baseline_gate(h, {"peak_output_tok_s": 1}, 1.5)
+    with pytest.raises(BenchError, match="neither"):
+        bench.baseline_gate(h, {"other": 1}, 0.1)
