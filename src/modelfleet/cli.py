@@ -189,6 +189,10 @@ def cmd_bench(a) -> int:
 
     from modelfleet import report
 
+    if not a.url:
+        return cmd_fleet_bench(a)
+    if not a.model or not a.out:
+        raise ModelfleetError("--url needs --model and --out (or leave --url out to benchmark the fleet)")
     levels = bench.sweep_levels(a.max_concurrency, a.levels)
     cfg = bench_client.default_config()
     cfg.update(base_url=a.url.rstrip("/"), model=a.model, api_key=a.api_key or "", endpoint=a.endpoint,
@@ -219,6 +223,115 @@ def cmd_bench(a) -> int:
               f" tok/s at C={h['peak_concurrency']}; {result['knee']['summary']}")
         print(f"report: {paths['html']}")
     return 0 if all(p["valid"] for p in result["points"]) else 1
+
+
+# ---------------------------------------------------------------- fleet commands (runner wrapper)
+
+def _progress(a):
+    """A live per-host table (phase, last task, last progress line) unless --json or not a terminal."""
+    if a.json or (not sys.stdout.isatty() and not getattr(a, "progress", False)):
+        return None, None
+    from rich.console import Console
+    from rich.live import Live
+    from rich.table import Table
+
+    console = Console()
+
+    def table(hosts):
+        t = Table(title="modelfleet", expand=True)
+        for c in ("host", "phase", "task", "progress", "ok", "changed", "failed"):
+            t.add_column(c, overflow="fold")
+        for h in sorted(hosts.values(), key=lambda x: x.host):
+            t.add_row(h.host, h.phase, h.task[:60], h.detail[:70], str(h.ok), str(h.changed),
+                      str(h.failed or ""))
+        return t
+
+    live = Live(table({}), console=console, refresh_per_second=4, transient=False)
+
+    def on_event(ev, hosts):
+        live.update(table(hosts))
+
+    return live, on_event
+
+
+def _run_with_progress(a, fn):
+    live, on_event = _progress(a)
+    if live is None:
+        return fn(None)
+    with live:
+        return fn(on_event)
+
+
+def _report_run(a, res) -> int:
+    data = res.to_dict()
+    if a.json:
+        print(json.dumps(data, indent=2, default=str))
+    else:
+        for h in sorted(res.hosts.values(), key=lambda x: x.host):
+            line = f"{h.host}: {h.status} (phases: {' > '.join(h.phases) or '-'}; ok={h.ok} changed={h.changed})"
+            print(line)
+            for k, v in sorted(h.facts.items()):
+                if k in ("modelfleet_deploy_outcome", "modelfleet_status_outcome", "benchmark_outcome"):
+                    print(f"  {k}: {json.dumps(v, default=str)[:400]}")
+            if h.failure:
+                print(f"  failure: {h.failure[:600]}")
+        print(f"run {res.run_id}: {res.status}, rc={res.rc}, {res.duration_s} s; artifacts: {res.run_dir}")
+    return 0 if res.ok else 1
+
+
+def _extravars(a) -> dict:
+    ev = {}
+    for item in a.extra or []:
+        if item.startswith("@"):
+            import yaml
+
+            ev.update(yaml.safe_load(open(item[1:])) or {})
+        else:
+            k, sep, v = item.partition("=")
+            if not sep:
+                raise ModelfleetError(f"-e {item}: use key=value or @file.yml")
+            ev[k] = v
+    return ev
+
+
+def cmd_deploy(a) -> int:
+    from modelfleet import runner
+
+    res = _run_with_progress(a, lambda cb: runner.deploy(a.profile, a.inventory, a.limit, a.check, _extravars(a), cb))
+    return _report_run(a, res)
+
+
+def cmd_status(a) -> int:
+    from modelfleet import runner
+
+    res = _run_with_progress(a, lambda cb: runner.status(a.inventory, a.limit, cb))
+    if not a.json:
+        for h in sorted(res.hosts.values(), key=lambda x: x.host):
+            st = h.facts.get("modelfleet_status_outcome") or {}
+            serving = [f"{u['served_model_name']}@{(u.get('revision') or '')[:12]} ({u['state']})"
+                       for u in st.get("serving", [])]
+            lb = (st.get("last_benchmark") or {}).get("headline") or {}
+            print(f"{h.host}: {h.status}; serving {', '.join(serving) or 'nothing'}; "
+                  f"units {len(st.get('units', []))}; models on disk {len(st.get('models', []))}; last benchmark "
+                  f"{'-' if not lb else format(lb.get('peak_output_tok_s') or 0, '.1f') + ' tok/s peak'}")
+        print(f"run {res.run_id}: {res.status}; artifacts: {res.run_dir}")
+        return 0 if res.ok else 1
+    return _report_run(a, res)
+
+
+def cmd_fleet_bench(a) -> int:
+    from modelfleet import runner
+
+    res = _run_with_progress(a, lambda cb: runner.bench(a.inventory, a.limit, _extravars(a), cb))
+    return _report_run(a, res)
+
+
+def cmd_demo(a) -> int:
+    import subprocess
+
+    from modelfleet._paths import REPO_ROOT
+
+    return subprocess.call([str(REPO_ROOT / "scripts" / "demo.sh"), *a.args])
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -269,9 +382,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("bench", help="concurrency sweep against an OpenAI-compatible endpoint, with reports")
-    p.add_argument("--url", required=True, help="base URL, e.g. http://127.0.0.1:8000")
-    p.add_argument("--model", required=True, help="served model name")
+    p = sub.add_parser("bench", help="concurrency sweep against an endpoint (--url) or every host of the fleet")
+    p.add_argument("--url", default=None, help="base URL, e.g. http://127.0.0.1:8000 (without it: the fleet)")
+    p.add_argument("--model", default=None, help="served model name (with --url)")
     p.add_argument("--api-key", default=None)
     p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
     p.add_argument("--input-len", type=int, default=128)
@@ -290,9 +403,34 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--model-repo", default=None, help="for the provenance")
     p.add_argument("--revision", default=None, help="for the provenance")
     p.add_argument("--name", default=None, help="report file name (default: the model)")
-    p.add_argument("--out", required=True, help="output folder")
+    p.add_argument("--out", default=None, help="output folder (with --url)")
+    p.add_argument("-i", "--inventory", default=None, help="fleet mode: inventory")
+    p.add_argument("-l", "--limit", default=None, help="fleet mode: host pattern")
+    p.add_argument("-e", "--extra", action="append", metavar="KEY=VALUE|@FILE", help="fleet mode: extra variables")
+    p.add_argument("--progress", action="store_true")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_bench)
+
+    def fleet_args(p):
+        p.add_argument("-i", "--inventory", default=None, help="inventory (*.fleet.yml or a folder)")
+        p.add_argument("-l", "--limit", default=None, help="host pattern")
+        p.add_argument("-e", "--extra", action="append", metavar="KEY=VALUE|@FILE", help="extra variables")
+        p.add_argument("--json", action="store_true", help="the run result as JSON (no live display)")
+        p.add_argument("--progress", action="store_true", help="live display even when not on a terminal")
+
+    p = sub.add_parser("deploy", help="deploy a profile on the fleet (canary first); --check prints the plan")
+    p.add_argument("profile", help="a profile name from profiles/")
+    p.add_argument("--check", action="store_true", help="Ansible check mode: show what would change, change nothing")
+    fleet_args(p)
+    p.set_defaults(func=cmd_deploy)
+
+    p = sub.add_parser("status", help="what each host serves: units, revision, models on disk, last benchmark")
+    fleet_args(p)
+    p.set_defaults(func=cmd_status)
+
+    p = sub.add_parser("demo", help="the local fleet demo (scripts/demo.sh)")
+    p.add_argument("args", nargs="*")
+    p.set_defaults(func=cmd_demo)
     return ap
 
 

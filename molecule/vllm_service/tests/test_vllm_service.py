@@ -78,3 +78,26 @@ def test_kill_9_of_the_engine_recovers_by_itself(host):
     after = int(host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip())
     assert after == before + 1
     assert _complete(host)["usage"]["completion_tokens"] == 5
+
+
+def test_benchmark_role_wrote_results_and_reports(host):
+    import os
+    from pathlib import Path
+
+    outcome = json.loads(host.file("/root/bench_outcome.json").content_string)
+    assert outcome["levels"] == [1, 2, 4]
+    assert [p["max_concurrency"] for p in outcome["points"]] == [1, 2, 4]
+    for p in outcome["points"]:
+        assert p["output_throughput"] > 0
+        if p["valid"]:
+            assert p["reconcile_diff"] <= 0.02
+    assert outcome["headline"]["single_stream_output_tok_s"] > 0
+    on_host = json.loads(host.file(outcome["host_result"]).content_string)
+    assert on_host["provenance"]["unit"] == UNIT and on_host["provenance"]["vllm_version"].startswith("vllm")
+    assert on_host["provenance"]["server_environment"]["VLLM_TARGET_DEVICE"] == "cpu"
+    assert "VLLM_API_KEY" not in on_host["provenance"]["server_environment"]
+    reports = Path(os.environ["MOLECULE_EPHEMERAL_DIRECTORY"]) / "bench"
+    name = "vllm-node--tiny-llama"
+    for ext in ("json", "csv", "png", "html"):
+        assert (reports / f"{name}.{ext}").stat().st_size > 200, ext
+    assert "vllm-node--tiny-llama" in (reports / "comparison.md").read_text()

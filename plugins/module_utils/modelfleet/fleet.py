@@ -1,0 +1,272 @@
+"""Fleet files (`*.fleet.yml`): parse and validate a fleet description into hosts, groups and variables.
+
+Pure logic used by the `modelfleet.fleet` inventory plugin (plugins/inventory/fleet.py) and the CLI.
+Errors name the file, the line, the host or group, and the field, and say what is allowed.
+
+Shape:
+    plugin: fleet                       # required by Ansible to pick this plugin
+    models_root: /models                # fleet-wide defaults (any host field below may be set here)
+    connection: {ansible_connection: ssh, ansible_user: root}
+    vars: {...}                         # variables for every host
+    groups:
+      <group>:
+        profile: kimi-k2.5-int4         # profiles/<name>.yml must exist
+        gpu: {kind: rtx-pro-6000, count: 8, memory_gib: 96, interconnect: pcie}
+        models_root: /models
+        connection: {...}
+        vars: {...}
+        hosts:
+          <host>: {address: 10.0.0.11, port: 22, user: root, gpu: {...}, models_root: ..., vars: {...}}
+    rollout:
+      waves:                            # in order; a host is in at most one wave
+        - {name: canary, canary: true, hosts: [gpu-01]}
+        - {name: rest, hosts: [gpu-02, gpu-03]}
+      max_fail_percentage: 0
+"""
+
+from __future__ import annotations
+
+import re
+
+import yaml
+from ansible.module_utils.modelfleet.errors import ModelfleetError
+
+
+class FleetError(ModelfleetError):
+    """A fleet file is malformed; the message names file, line and field."""
+
+
+TOP_KEYS = {"plugin", "models_root", "connection", "vars", "groups", "rollout", "gpu", "profile",
+            "compose", "keyed_groups", "conditional_groups", "strict", "cache", "profiles_dir", "cache_plugin",
+            "cache_timeout", "cache_connection", "cache_prefix", "leading_separator", "use_extra_vars"}
+GROUP_KEYS = {"profile", "gpu", "models_root", "connection", "vars", "hosts"}
+HOST_KEYS = {"address", "port", "user", "gpu", "models_root", "connection", "vars", "profile"}
+GPU_KEYS = {"kind", "count", "memory_gib", "interconnect"}
+INTERCONNECTS = {"pcie", "nvlink", "mixed", "single", "none"}
+ROLLOUT_KEYS = {"waves", "max_fail_percentage"}
+WAVE_KEYS = {"name", "hosts", "canary", "serial"}
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+class _Loader(yaml.SafeLoader):
+    """SafeLoader that refuses duplicate mapping keys (YAML silently keeps the last one)."""
+
+
+def _construct_mapping(loader, node, deep=False):
+    seen = {}
+    for knode, _ in node.value:
+        key = loader.construct_object(knode, deep=deep)
+        if key in seen:
+            raise FleetError(f"line {knode.start_mark.line + 1}: duplicate key {key!r} "
+                             f"(first at line {seen[key] + 1}); each host and group may appear once")
+        seen[key] = knode.start_mark.line
+    return yaml.SafeLoader.construct_mapping(loader, node, deep=deep)
+
+
+_Loader.add_constructor(yaml.resolver.BaseResolver.DEFAULT_MAPPING_TAG, _construct_mapping)
+
+
+def _lines(node, path=()) -> dict:
+    """Line number (1-based) of every mapping key / sequence item, keyed by its path of keys."""
+    out = {path: node.start_mark.line + 1}
+    if isinstance(node, yaml.MappingNode):
+        for k, v in node.value:
+            p = path + (k.value,)
+            out[p] = k.start_mark.line + 1
+            out.update({q: n for q, n in _lines(v, p).items() if q != p})
+    elif isinstance(node, yaml.SequenceNode):
+        for i, v in enumerate(node.value):
+            out.update(_lines(v, path + (i,)))
+    return out
+
+
+class _Ctx:
+    def __init__(self, source: str, lines: dict):
+        self.source, self.lines = source, lines
+
+    def fail(self, path: tuple, msg: str):
+        line = None
+        for n in range(len(path), -1, -1):
+            line = self.lines.get(tuple(path[:n]))
+            if line:
+                break
+        where = f"{self.source}:{line}" if line else self.source
+        field = ".".join(str(x) for x in path) or "(top)"
+        raise FleetError(f"{where}: {field}: {msg}")
+
+    def keys(self, data, allowed: set, path: tuple, what: str):
+        if not isinstance(data, dict):
+            self.fail(path, f"{what} must be a mapping, got {type(data).__name__}")
+        for k in data:
+            if k not in allowed:
+                self.fail(path + (k,), f"unknown key {k!r} in {what}; allowed: {', '.join(sorted(allowed))}")
+
+
+def load_text(text: str, source: str = "<fleet>") -> tuple[dict, dict]:
+    try:
+        node = yaml.compose(text, Loader=_Loader)
+        data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
+    except FleetError as e:
+        raise FleetError(f"{source}: {e}") from None
+    except yaml.YAMLError as e:
+        raise FleetError(f"{source}: not valid YAML: {e}") from None
+    return data or {}, (_lines(node) if node is not None else {})
+
+
+def _check_gpu(ctx, gpu, path):
+    ctx.keys(gpu, GPU_KEYS, path, "gpu")
+    if "count" in gpu:
+        c = gpu["count"]
+        if isinstance(c, bool) or not isinstance(c, int) or c < 1:
+            ctx.fail(path + ("count",), f"GPU count must be a positive integer, got {c!r}")
+    if "memory_gib" in gpu:
+        m = gpu["memory_gib"]
+        if isinstance(m, bool) or not isinstance(m, int | float) or m <= 0:
+            ctx.fail(path + ("memory_gib",), f"memory_gib must be a positive number, got {m!r}")
+    if "interconnect" in gpu and gpu["interconnect"] not in INTERCONNECTS:
+        ctx.fail(path + ("interconnect",), f"interconnect {gpu['interconnect']!r} is not one of "
+                                           f"{', '.join(sorted(INTERCONNECTS))}")
+    if "kind" in gpu and not (isinstance(gpu["kind"], str) and NAME_RE.match(gpu["kind"])):
+        ctx.fail(path + ("kind",), f"GPU kind must be a name like rtx-pro-6000 or h200, got {gpu['kind']!r}")
+
+
+def _check_common(ctx, data, path, profiles):
+    if "gpu" in data:
+        _check_gpu(ctx, data["gpu"], path + ("gpu",))
+    for k in ("connection", "vars"):
+        if k in data and not isinstance(data[k], dict):
+            ctx.fail(path + (k,), f"{k} must be a mapping of variables")
+    if "connection" in data:
+        for k in data["connection"]:
+            if not str(k).startswith("ansible_"):
+                ctx.fail(path + ("connection", k), "connection keys are Ansible connection variables "
+                                                   "(ansible_connection, ansible_user, ...)")
+    if "profile" in data and profiles is not None and data["profile"] not in profiles:
+        ctx.fail(path + ("profile",), f"profile {data['profile']!r} does not exist; known: "
+                                      f"{', '.join(sorted(profiles)) or '(none)'} (profiles/<name>.yml)")
+    if "models_root" in data and not (isinstance(data["models_root"], str) and data["models_root"].startswith("/")):
+        ctx.fail(path + ("models_root",), f"models_root must be an absolute path, got {data['models_root']!r}")
+
+
+def _group_name(prefix: str, value) -> str:
+    return prefix + re.sub(r"[^A-Za-z0-9_]", "_", str(value))
+
+
+def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> dict:
+    """Validate a fleet file and return {hosts: {name: vars}, groups: {name: {hosts, vars}}, rollout}."""
+    data, lines = load_text(text, source)
+    ctx = _Ctx(source, lines)
+    ctx.keys(data, TOP_KEYS, (), "the fleet file")
+    if data.get("plugin") not in ("fleet", "modelfleet.fleet"):
+        ctx.fail(("plugin",), "must be 'fleet' (the modelfleet fleet inventory plugin)")
+    _check_common(ctx, data, (), profiles)
+    groups_in = data.get("groups")
+    if not isinstance(groups_in, dict) or not groups_in:
+        ctx.fail(("groups",), "a fleet needs at least one group with hosts")
+    hosts: dict = {}
+    groups: dict = {}
+    for g, gd in groups_in.items():
+        gp = ("groups", g)
+        if not NAME_RE.match(str(g)):
+            ctx.fail(gp, f"group name {g!r} must be letters, digits, '_', '.', '-'")
+        ctx.keys(gd, GROUP_KEYS, gp, f"group {g}")
+        _check_common(ctx, gd, gp, profiles)
+        members = gd.get("hosts")
+        if not isinstance(members, dict) or not members:
+            ctx.fail(gp + ("hosts",), f"group {g} needs a mapping of hosts")
+        groups[g] = {"hosts": [], "vars": {}}
+        for h, hd in members.items():
+            hp = gp + ("hosts", h)
+            hd = hd or {}
+            if not NAME_RE.match(str(h)):
+                ctx.fail(hp, f"host name {h!r} must be letters, digits, '_', '.', '-'")
+            ctx.keys(hd, HOST_KEYS, hp, f"host {h}")
+            _check_common(ctx, hd, hp, profiles)
+            if "port" in hd and (isinstance(hd["port"], bool) or not isinstance(hd["port"], int)
+                                 or not 1 <= hd["port"] <= 65535):
+                ctx.fail(hp + ("port",), f"port must be 1-65535, got {hd['port']!r}")
+            if h in hosts:
+                ctx.fail(hp, f"duplicate host {h}: already in group {hosts[h]['modelfleet_group']}")
+            gpu = {**(data.get("gpu") or {}), **(gd.get("gpu") or {}), **(hd.get("gpu") or {})}
+            if "count" not in gpu:
+                ctx.fail(hp + ("gpu",), "no GPU count for this host (set gpu.count on the host, group or fleet)")
+            v = {}
+            for layer in (data, gd, hd):
+                v.update(layer.get("connection") or {})
+            for layer in (data, gd, hd):
+                v.update(layer.get("vars") or {})
+            if "address" in hd:
+                v["ansible_host"] = hd["address"]
+            if "port" in hd:
+                v["ansible_port"] = hd["port"]
+            if "user" in hd:
+                v["ansible_user"] = hd["user"]
+            profile = hd.get("profile") or gd.get("profile") or data.get("profile")
+            v.update(modelfleet_group=g, modelfleet_gpu_kind=gpu.get("kind", "unknown"),
+                     modelfleet_gpu_count=gpu["count"], modelfleet_gpu_memory_gib=gpu.get("memory_gib"),
+                     modelfleet_interconnect=gpu.get("interconnect", "single" if gpu["count"] == 1 else "unknown"),
+                     modelfleet_models_root=hd.get("models_root") or gd.get("models_root")
+                     or data.get("models_root") or "/models",
+                     modelfleet_profile=profile, modelfleet_wave=None, modelfleet_wave_index=None,
+                     modelfleet_canary=False)
+            hosts[h] = v
+            groups[g]["hosts"].append(h)
+    rollout = data.get("rollout") or {}
+    ctx.keys(rollout, ROLLOUT_KEYS, ("rollout",), "rollout")
+    mfp = rollout.get("max_fail_percentage", 0)
+    if isinstance(mfp, bool) or not isinstance(mfp, int | float) or not 0 <= mfp <= 100:
+        ctx.fail(("rollout", "max_fail_percentage"), f"must be 0-100, got {mfp!r}")
+    waves = rollout.get("waves") or []
+    if not isinstance(waves, list):
+        ctx.fail(("rollout", "waves"), "waves must be a list of {name, hosts, canary}")
+    wave_of: dict = {}
+    names = set()
+    for i, w in enumerate(waves):
+        wp = ("rollout", "waves", i)
+        ctx.keys(w, WAVE_KEYS, wp, f"wave {i + 1}")
+        name = w.get("name")
+        if not isinstance(name, str) or not NAME_RE.match(name):
+            ctx.fail(wp + ("name",), f"wave {i + 1} needs a name (letters, digits, '_', '.', '-')")
+        if name in names:
+            ctx.fail(wp + ("name",), f"duplicate wave name {name}")
+        names.add(name)
+        if w.get("canary") and i != 0:
+            ctx.fail(wp + ("canary",), f"only the first wave can be the canary ({name} is wave {i + 1})")
+        members = w.get("hosts")
+        if not isinstance(members, list) or not members:
+            ctx.fail(wp + ("hosts",), f"wave {name} needs a list of hosts")
+        for h in members:
+            if h not in hosts:
+                ctx.fail(wp + ("hosts",), f"wave {name} names host {h!r}, which no group defines")
+            if h in wave_of:
+                ctx.fail(wp + ("hosts",), f"host {h} is in two exclusive waves: {wave_of[h]} and {name}")
+            wave_of[h] = name
+            hosts[h].update(modelfleet_wave=name, modelfleet_wave_index=i, modelfleet_canary=bool(w.get("canary")))
+    if waves:
+        missing = sorted(set(hosts) - set(wave_of))
+        if missing:
+            ctx.fail(("rollout", "waves"), f"hosts in no wave: {', '.join(missing)} (every host needs a wave, "
+                                           "or leave rollout.waves out)")
+    # derived groups
+    derived: set = set()
+    for h, v in hosts.items():
+        for gname in (_group_name("gpu_", v["modelfleet_gpu_kind"]),
+                      _group_name("interconnect_", v["modelfleet_interconnect"]),
+                      _group_name("profile_", v["modelfleet_profile"]) if v["modelfleet_profile"] else None,
+                      _group_name("wave_", v["modelfleet_wave"]) if v["modelfleet_wave"] else None,
+                      "canary" if v["modelfleet_canary"] else None):
+            if gname:
+                if gname in groups_in:
+                    ctx.fail(("groups", gname), f"group name {gname} clashes with a derived group "
+                                                "(gpu_*, interconnect_*, profile_*, wave_*, canary); rename it")
+                derived.add(gname)
+                groups.setdefault(gname, {"hosts": [], "vars": {}})["hosts"].append(h)
+    clash = set(groups_in) & derived
+    if clash:
+        ctx.fail(("groups",), f"group name(s) {', '.join(sorted(clash))} clash with derived groups; rename them")
+    return {"hosts": hosts, "groups": groups,
+            "rollout": {"waves": [{"name": w["name"], "hosts": list(w["hosts"]), "canary": bool(w.get("canary")),
+                                   "serial": w.get("serial")} for w in waves],
+                        "max_fail_percentage": mfp},
+            "options": {k: data[k] for k in ("compose", "keyed_groups", "conditional_groups", "strict")
+                        if k in data}}

@@ -1,0 +1,86 @@
+"""What a host is serving, read from the host itself: modelfleet vLLM units (active or not), the model
+each one serves (repo, revision, completeness from the lock file and marker), the models on disk, and the
+last benchmark result. Used by the `modelfleet_state` module (status.yml) and `modelfleet status`."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import subprocess
+
+from ansible.module_utils.modelfleet.disk import model_from_exec_start
+from ansible.module_utils.modelfleet.fetch import MARKER_DIR
+
+UNIT_GLOB = "modelfleet-vllm@*.service"
+
+
+def read_lock(model_dir: str) -> dict:
+    try:
+        with open(os.path.join(model_dir, MARKER_DIR, "lock.json")) as f:
+            lock = json.load(f)
+    except (OSError, ValueError):
+        return {"repo_id": None, "revision": None, "complete": False, "total_bytes": None}
+    return {"repo_id": lock.get("repo_id"), "revision": lock.get("revision"),
+            "total_bytes": lock.get("total_bytes"),
+            "complete": os.path.exists(os.path.join(model_dir, MARKER_DIR, "complete"))}
+
+
+def models_on_disk(root: str) -> list[dict]:
+    """<root>/<org>--<name>/<40hex>/ directories with their lock state."""
+    out = []
+    for d in sorted(glob.glob(os.path.join(root, "*--*", "*"))):
+        if os.path.isdir(d) and len(os.path.basename(d)) == 40:
+            out.append({"path": d, **read_lock(d)})
+    return out
+
+
+def last_benchmark(bench_dir: str, served_name: str | None = None) -> dict | None:
+    files = glob.glob(os.path.join(bench_dir, "*", "*.json"))
+    if served_name:
+        files = [f for f in files if f.endswith(f"--{served_name}.json")]
+    if not files:
+        return None
+    newest = max(files, key=os.path.getmtime)
+    try:
+        with open(newest) as f:
+            r = json.load(f)
+    except (OSError, ValueError):
+        return {"path": newest, "error": "unreadable"}
+    return {"path": newest, "run_id": (r.get("provenance") or {}).get("run_id"), "date": r.get("date"),
+            "headline": r.get("headline"), "knee": (r.get("knee") or {}).get("summary")}
+
+
+def _show(unit: str, run) -> dict:
+    r = run(["systemctl", "show", unit, "-p", "ActiveState", "-p", "SubState", "-p", "ExecStart", "-p", "MainPID",
+             "-p", "NRestarts", "-p", "ActiveEnterTimestamp"], capture_output=True, text=True)
+    props = {}
+    for line in r.stdout.splitlines():
+        k, _, v = line.partition("=")
+        props[k] = v
+    return props
+
+
+def units(run=subprocess.run) -> list[dict]:
+    r = run(["systemctl", "list-units", "--all", "--type=service", "--no-legend", "--plain", UNIT_GLOB],
+            capture_output=True, text=True)
+    names = [ln.split()[0] for ln in r.stdout.splitlines() if ln.split() and ln.split()[0].endswith(".service")]
+    out = []
+    for name in sorted(set(names)):
+        p = _show(name, run)
+        model = model_from_exec_start(p.get("ExecStart", ""))
+        served = name.split("@", 1)[1].rsplit(".service", 1)[0]
+        entry = {"unit": name, "served_model_name": served, "active": p.get("ActiveState") == "active",
+                 "state": f"{p.get('ActiveState')}/{p.get('SubState')}", "main_pid": int(p.get("MainPID") or 0),
+                 "restarts": int(p.get("NRestarts") or 0), "since": p.get("ActiveEnterTimestamp") or "",
+                 "model_dir": model}
+        entry.update(read_lock(model) if model else {})
+        out.append(entry)
+    return out
+
+
+def host_state(models_root: str, bench_dir: str, run=subprocess.run) -> dict:
+    us = units(run)
+    serving = [u for u in us if u["active"]]
+    return {"units": us, "serving": serving, "models": models_on_disk(models_root),
+            "last_benchmark": last_benchmark(bench_dir, serving[0]["served_model_name"] if serving else None)}

@@ -1,0 +1,54 @@
+#!/usr/bin/python
+"""Ansible module: what this host serves and holds (read-only)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: modelfleet_state
+short_description: Report a host's modelfleet state - vLLM units, served model and revision, models on disk, last benchmark
+description:
+  - Lists the modelfleet-vllm@*.service units with their state, main PID, restarts and the model directory of
+    their command line; for each, the repo and 40-hex revision from the model's lock file and whether it
+    carries the completion marker.
+  - Lists the model directories under O(models_root) and the newest benchmark result under O(bench_dir).
+  - Read-only; derived from the host, never from remembered variables.
+version_added: "0.1.0"
+author: modelfleet
+options:
+  models_root: {description: The models root., type: path, default: /models}
+  bench_dir: {description: Where the benchmark role leaves results on the host., type: path, default: /var/lib/modelfleet/bench}
+attributes:
+  check_mode: {support: full}
+  diff_mode: {support: none}
+"""
+
+EXAMPLES = r"""
+- name: Read the state
+  modelfleet_state:
+    models_root: /models
+  register: state
+"""
+
+RETURN = r"""
+units: {description: Every modelfleet vLLM unit with state and model., returned: always, type: list}
+serving: {description: The active ones., returned: always, type: list}
+models: {description: Model directories on disk with revision and completeness., returned: always, type: list}
+last_benchmark: {description: 'The newest benchmark result (path, headline, knee) or null.', returned: always, type: dict}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.modelfleet.host_state import host_state
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={"models_root": {"type": "path", "default": "/models"},
+                       "bench_dir": {"type": "path", "default": "/var/lib/modelfleet/bench"}},
+        supports_check_mode=True,
+    )
+    module.exit_json(changed=False, **host_state(module.params["models_root"], module.params["bench_dir"]))
+
+
+if __name__ == "__main__":
+    main()

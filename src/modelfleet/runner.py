@@ -1,0 +1,198 @@
+"""The runner wrapper: modelfleet's playbooks driven from Python through ansible-runner.
+
+    from modelfleet import runner
+    res = runner.deploy("kimi-k2.5-int4", inventory="inventory/seed", on_event=print_event)
+    res.ok, res.hosts["gpu-01"].facts["vllm_service_outcome"]["url"]
+
+Every run gets a run directory with a stable layout:
+    <state_dir>/runs/<run-id>/
+        artifacts/<run-id>/        ansible-runner's own (stdout, job_events/*.json, rc, status)
+        events.jsonl               every event, one per line
+        result.json                the RunResult (per-host status, counts, phase reached, facts)
+        bench/                     benchmark reports (the benchmark role writes here: MODELFLEET_RUN_DIR)
+state_dir: $MODELFLEET_STATE_DIR, else ~/.local/state/modelfleet.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from modelfleet._paths import PLAYBOOKS_DIR, REPO_ROOT
+
+PHASES = {"storage_cleanup": "cleanup", "hf_fetch": "fetch", "nvidia_env": "environment",
+          "vllm_service": "serve", "benchmark": "benchmark", "smoke_service": "smoke"}
+OUTCOME_SUFFIX = "_outcome"
+
+
+def state_dir() -> Path:
+    return Path(os.environ.get("MODELFLEET_STATE_DIR") or Path.home() / ".local" / "state" / "modelfleet")
+
+
+@dataclass
+class HostResult:
+    host: str
+    status: str = "pending"          # ok | failed | unreachable | skipped | pending
+    ok: int = 0
+    changed: int = 0
+    failed: int = 0
+    unreachable: int = 0
+    skipped: int = 0
+    rescued: int = 0
+    phase: str = ""                  # the role (phase) of the last task seen
+    task: str = ""                   # the last task seen
+    detail: str = ""                 # the last progress line (download bytes/rate/ETA, readiness wait)
+    failure: str = ""                # the message of the failure that was not rescued
+    phases: list = field(default_factory=list)
+    facts: dict = field(default_factory=dict)   # *_outcome facts: plan, fetch, unit, readiness, benchmark
+
+
+@dataclass
+class RunResult:
+    playbook: str
+    run_id: str
+    run_dir: str
+    check: bool
+    rc: int
+    status: str
+    started_at: float
+    duration_s: float
+    events: int
+    hosts: dict
+
+    @property
+    def ok(self) -> bool:
+        return self.rc == 0 and bool(self.hosts) and all(h.status == "ok" for h in self.hosts.values())
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["ok"] = self.ok
+        return d
+
+
+class _Tracker:
+    """Folds ansible-runner events into per-host state."""
+
+    def __init__(self, on_event: Callable | None, events_file: Path):
+        self.hosts: dict[str, HostResult] = {}
+        self.on_event = on_event
+        self.count = 0
+        self.events = events_file.open("w")
+
+    def host(self, name: str) -> HostResult:
+        if name not in self.hosts:
+            self.hosts[name] = HostResult(host=name)
+        return self.hosts[name]
+
+    def __call__(self, ev: dict) -> bool:
+        self.count += 1
+        self.events.write(json.dumps(ev, default=str) + "\n")
+        data = ev.get("event_data") or {}
+        name = data.get("host") or data.get("remote_addr")
+        kind = ev.get("event", "")
+        if name and kind.startswith("runner_on_"):
+            h = self.host(name)
+            role = data.get("role") or ""
+            phase = PHASES.get(role, role or (data.get("play") or ""))
+            if phase and (not h.phases or h.phases[-1] != phase):
+                h.phases.append(phase)
+            h.phase, h.task = phase, data.get("task") or ""
+            res = data.get("res") or {}
+            if kind == "runner_on_ok":
+                for k, v in (res.get("ansible_facts") or {}).items():
+                    if k.endswith(OUTCOME_SUFFIX):
+                        h.facts[k] = v
+                msg = res.get("msg")
+                if isinstance(msg, str) and "progress" in h.task.lower():
+                    h.detail = " ".join(msg.split())[:160]
+            elif kind == "runner_on_failed" and not data.get("ignore_errors"):
+                h.failure = str(res.get("msg") or res.get("stderr") or "failed")[:2000]
+            elif kind == "runner_on_unreachable":
+                h.failure = str(res.get("msg") or "unreachable")[:2000]
+        if kind == "playbook_on_stats":
+            for key, attr in (("ok", "ok"), ("changed", "changed"), ("failures", "failed"), ("dark", "unreachable"),
+                              ("skipped", "skipped"), ("rescued", "rescued")):
+                for name, n in (data.get(key) or {}).items():
+                    setattr(self.host(name), attr, n)
+            for h in self.hosts.values():
+                if h.unreachable:
+                    h.status = "unreachable"
+                elif h.failed:
+                    h.status = "failed"
+                elif h.ok or h.changed:
+                    h.status = "ok"
+                else:
+                    h.status = "skipped"
+        if self.on_event:
+            self.on_event(ev, self.hosts)
+        return True
+
+    def close(self):
+        self.events.close()
+
+
+def run_playbook(playbook: str, inventory: str | None = None, limit: str | None = None, check: bool = False,
+                 extravars: dict | None = None, on_event: Callable | None = None, tags: str | None = None,
+                 run_id: str | None = None, quiet: bool = True) -> RunResult:
+    """Run one of modelfleet's playbooks (a name in playbooks/ or a path); returns the RunResult."""
+    import ansible_runner
+
+    pb = Path(playbook)
+    if not pb.is_absolute():
+        pb = (PLAYBOOKS_DIR / playbook) if (PLAYBOOKS_DIR / playbook).exists() else (Path.cwd() / playbook)
+    if not pb.exists():
+        raise FileNotFoundError(f"playbook {playbook} not found (looked in {PLAYBOOKS_DIR})")
+    inv = Path(inventory).resolve() if inventory else None
+    if inv is not None and not inv.exists():
+        raise FileNotFoundError(f"inventory {inventory} not found")
+    run_id = run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
+    run_dir = state_dir() / "runs" / run_id
+    run_dir.mkdir(parents=True, exist_ok=True)
+    tracker = _Tracker(on_event, run_dir / "events.jsonl")
+    cmdline = []
+    if check:
+        cmdline += ["--check", "--diff"]
+    if tags:
+        cmdline += ["--tags", tags]
+    env = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "MODELFLEET_RUN_DIR": str(run_dir),
+           "ANSIBLE_FORCE_COLOR": "0"}
+    started = time.time()
+    try:
+        r = ansible_runner.run(private_data_dir=str(run_dir), project_dir=str(REPO_ROOT), playbook=str(pb),
+                               inventory=str(inv) if inv else None, limit=limit, extravars=extravars or {},
+                               cmdline=" ".join(cmdline) or None, envvars=env, ident=run_id, quiet=quiet,
+                               event_handler=tracker, settings={"suppress_ansible_output": quiet})
+    finally:
+        tracker.close()
+    res = RunResult(playbook=str(pb), run_id=run_id, run_dir=str(run_dir), check=check, rc=int(r.rc or 0),
+                    status=r.status, started_at=started, duration_s=round(time.time() - started, 1),
+                    events=tracker.count, hosts=tracker.hosts)
+    (run_dir / "result.json").write_text(json.dumps(res.to_dict(), indent=2, default=str))
+    return res
+
+
+def deploy(profile: str, inventory: str | None = None, limit: str | None = None, check: bool = False,
+           extravars: dict | None = None, on_event: Callable | None = None) -> RunResult:
+    """Deploy a profile (profiles/<name>.yml) with playbooks/deploy_model.yml."""
+    ev = {"modelfleet_profile_name": profile, **(extravars or {})}
+    return run_playbook("deploy_model.yml", inventory, limit, check, ev, on_event)
+
+
+def plan(profile: str, inventory: str | None = None, limit: str | None = None, extravars: dict | None = None,
+         on_event: Callable | None = None) -> RunResult:
+    """The whole deploy in check mode: what would be deleted, downloaded, started; changes nothing."""
+    return deploy(profile, inventory, limit, True, extravars, on_event)
+
+
+def bench(inventory: str | None = None, limit: str | None = None, extravars: dict | None = None,
+          on_event: Callable | None = None) -> RunResult:
+    return run_playbook("benchmark.yml", inventory, limit, False, extravars, on_event)
+
+
+def status(inventory: str | None = None, limit: str | None = None, on_event: Callable | None = None) -> RunResult:
+    """Each host's state: served model, revision, unit active, last benchmark (read-only)."""
+    return run_playbook("status.yml", inventory, limit, False, None, on_event)
