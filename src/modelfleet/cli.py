@@ -297,8 +297,32 @@ def _extravars(a) -> dict:
 def cmd_deploy(a) -> int:
     from modelfleet import runner
 
-    res = _run_with_progress(a, lambda cb: runner.deploy(a.profile, a.inventory, a.limit, a.check, _extravars(a), cb))
+    res = _run_with_progress(a, lambda cb: runner.deploy(a.profile, a.inventory, a.limit, a.check, _extravars(a), cb,
+                                                         playbook=a.playbook))
+    if not a.json:
+        _deploy_summary(res)
     return _report_run(a, res)
+
+
+def _deploy_summary(res) -> None:
+    """One screen: per host the phase reached, revision, source and bytes, time per phase, benchmark headline."""
+    print("\n== deploy summary ==")
+    for h in sorted(res.hosts.values(), key=lambda x: x.host):
+        if h.host == "localhost":
+            continue
+        d = h.facts.get("modelfleet_deploy_outcome") or {}
+        bench = d.get("benchmark") or {}
+        times = ", ".join(f"{k} {v:.0f}s" for k, v in h.phase_seconds.items())
+        print(f"{h.host:<12} {h.status:<8} reached {h.phase or '-':<12} rev {str(d.get('revision', '-'))[:12]:<12} "
+              f"from {d.get('fetched_from', '-')}, {d.get('bytes', '-')} B")
+        print(f"{'':<12} time: {times or '-'}")
+        if bench:
+            print(f"{'':<12} bench: single {bench.get('single_stream_output_tok_s') or 0:.1f} tok/s, peak "
+                  f"{bench.get('peak_output_tok_s') or 0:.1f} tok/s at C={bench.get('peak_concurrency')}")
+        if d.get("report"):
+            print(f"{'':<12} report: {d['report']} (+ .png)")
+        if h.failure:
+            print(f"{'':<12} failed: {h.failure[:300]}")
 
 
 def cmd_status(a) -> int:
@@ -421,6 +445,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("deploy", help="deploy a profile on the fleet (canary first); --check prints the plan")
     p.add_argument("profile", help="a profile name from profiles/")
     p.add_argument("--check", action="store_true", help="Ansible check mode: show what would change, change nothing")
+    p.add_argument("--playbook", default="deploy_model.yml", help="deploy_model.yml or one that imports it")
     fleet_args(p)
     p.set_defaults(func=cmd_deploy)
 

@@ -48,6 +48,7 @@ class HostResult:
     detail: str = ""                 # the last progress line (download bytes/rate/ETA, readiness wait)
     failure: str = ""                # the message of the failure that was not rescued
     phases: list = field(default_factory=list)
+    phase_seconds: dict = field(default_factory=dict)   # wall time per phase (first to last event)
     facts: dict = field(default_factory=dict)   # *_outcome facts: plan, fetch, unit, readiness, benchmark
 
 
@@ -74,6 +75,15 @@ class RunResult:
         return d
 
 
+def _event_time(ev: dict) -> float | None:
+    from datetime import datetime
+
+    try:
+        return datetime.fromisoformat(str(ev.get("created"))).timestamp()
+    except ValueError:
+        return None
+
+
 class _Tracker:
     """Folds ansible-runner events into per-host state."""
 
@@ -81,6 +91,7 @@ class _Tracker:
         self.hosts: dict[str, HostResult] = {}
         self.on_event = on_event
         self.count = 0
+        self.spans: dict = {}
         self.events = events_file.open("w")
 
     def host(self, name: str) -> HostResult:
@@ -100,6 +111,11 @@ class _Tracker:
             phase = PHASES.get(role, role or (data.get("play") or ""))
             if phase and (not h.phases or h.phases[-1] != phase):
                 h.phases.append(phase)
+            t = _event_time(ev)
+            if phase and t is not None:
+                span = self.spans.setdefault((name, phase), [t, t])
+                span[1] = t
+                h.phase_seconds[phase] = round(span[1] - span[0], 1)
             h.phase, h.task = phase, data.get("task") or ""
             res = data.get("res") or {}
             if kind == "runner_on_ok":
@@ -176,16 +192,18 @@ def run_playbook(playbook: str, inventory: str | None = None, limit: str | None 
 
 
 def deploy(profile: str, inventory: str | None = None, limit: str | None = None, check: bool = False,
-           extravars: dict | None = None, on_event: Callable | None = None) -> RunResult:
-    """Deploy a profile (profiles/<name>.yml) with playbooks/deploy_model.yml."""
+           extravars: dict | None = None, on_event: Callable | None = None,
+           playbook: str = "deploy_model.yml") -> RunResult:
+    """Deploy a profile (profiles/<name>.yml) with playbooks/deploy_model.yml (or a playbook that imports it,
+    such as deploy_kimi_int4.yml: the profile given here wins)."""
     ev = {"modelfleet_profile_name": profile, **(extravars or {})}
-    return run_playbook("deploy_model.yml", inventory, limit, check, ev, on_event)
+    return run_playbook(playbook, inventory, limit, check, ev, on_event)
 
 
 def plan(profile: str, inventory: str | None = None, limit: str | None = None, extravars: dict | None = None,
-         on_event: Callable | None = None) -> RunResult:
+         on_event: Callable | None = None, playbook: str = "deploy_model.yml") -> RunResult:
     """The whole deploy in check mode: what would be deleted, downloaded, started; changes nothing."""
-    return deploy(profile, inventory, limit, True, extravars, on_event)
+    return deploy(profile, inventory, limit, True, extravars, on_event, playbook)
 
 
 def bench(inventory: str | None = None, limit: str | None = None, extravars: dict | None = None,
