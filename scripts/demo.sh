@@ -22,6 +22,12 @@ rc=0
 python -m modelfleet.cli deploy "$profile" --playbook deploy_kimi_int4.yml -i inventory/local/local.fleet.yml \
   -e "hf_fetch_endpoint=$hub" --progress "$@" || rc=$?
 echo "demo wall time: $(( $(date +%s) - start )) s (exit $rc)"
+python - "$hub" <<'PY' || true
+import json, sys, urllib.request
+s = json.loads(urllib.request.urlopen(sys.argv[1] + "/_modelfleet/stats").read())
+print(f"hub egress since the hub started: {s['bytes_served']} bytes in {s['requests']} file requests "
+      "(one copy per model for the whole fleet, plus header-only inspections)")
+PY
 latest=$(ls -td "$MODELFLEET_STATE_DIR"/runs/*/ 2>/dev/null | head -1)
 if [ -n "$latest" ] && [ -d "$latest/bench" ]; then
   echo "reports: ${latest}bench/ (HTML + PNG per host, comparison.md)"
