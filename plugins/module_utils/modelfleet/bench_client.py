@@ -204,7 +204,8 @@ async def _sample_gauges(cfg: dict, stop: asyncio.Event, out: list) -> None:
         while not stop.is_set():
             try:
                 async with s.get(cfg["base_url"] + "/metrics", headers=_headers(cfg)) as r:
-                    out.append(bench.server_snapshot(await r.text(), cfg["model"]))
+                    # keep the raw text: parsing here would stall the event loop the lag check measures
+                    out.append(await r.text())
             except (TimeoutError, aiohttp.ClientError):
                 pass
             try:
@@ -275,6 +276,7 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
         if errs:
             raise bench.BenchError(f"a client process failed: {errs[0]}")
     after = bench.server_snapshot(scrape(cfg), cfg["model"])
+    samples = [bench.server_snapshot(text, cfg["model"]) for text in samples]
     records = [r for part in parts for r in part["records"]]
     m = bench.point_metrics(records, goodput_ttft_ms=cfg.get("goodput_ttft_ms"),
                             goodput_tpot_ms=cfg.get("goodput_tpot_ms"))

@@ -32,7 +32,7 @@ class HarnessLayer:
         self.mirrors = mirrors
         self.rate_file = rate_file    # holds bytes/s: file bodies are sent at that rate (a slow link)
         self.stall_file = stall_file  # while it exists, file bodies stop mid-way (a stalled link)
-        self.stats = {"bytes_served": 0, "requests": 0, "by_path": {}}
+        self.stats = {"bytes_served": 0, "ranged_bytes": 0, "requests": 0, "by_path": {}}
         self.in_flight = 0
         self.stats_file = stats_file
         self.fail_file = fail_file  # if this file exists, file downloads answer 503 (endpoint-down tests)
@@ -47,7 +47,7 @@ class HarnessLayer:
                         "headers": [(b"content-type", b"application/json")]})
             return await send({"type": "http.response.body", "body": body})
         if path == "/_modelfleet/reset":
-            self.stats = {"bytes_served": 0, "requests": 0, "by_path": {}}
+            self.stats = {"bytes_served": 0, "ranged_bytes": 0, "requests": 0, "by_path": {}}
             await send({"type": "http.response.start", "status": 200, "headers": []})
             return await send({"type": "http.response.body", "body": b"{}"})
         is_file = "/resolve/" in path
@@ -130,6 +130,8 @@ class HarnessLayer:
             hdrs.append((b"content-length", str(len(body)).encode()))
         if is_file and state["status"] in (200, 206) and status in (200, 206):
             self.stats["bytes_served"] += len(body)
+            if status == 206:  # partial reads: header-only inspection, or a resumed download
+                self.stats["ranged_bytes"] += len(body)
             self.stats["requests"] += 1
             self.stats["by_path"][path] = self.stats["by_path"].get(path, 0) + len(body)
             if self.stats_file:

@@ -113,6 +113,11 @@ def vllm_env(kv_space_gib: int = 1) -> dict:
     env = dict(os.environ)
     env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE=str(kv_space_gib), PYTHONUNBUFFERED="1",
                HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
+    # With two or more CPUs the engine's compute threads are bound to all but the last CPU, which stays for
+    # the benchmark client and the tests (a client starved by the server would make every point invalid).
+    n = os.cpu_count() or 1
+    if n >= 2 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+        env["VLLM_CPU_OMP_THREADS_BIND"] = "0" if n == 2 else f"0-{n - 2}"
     return env
 
 
