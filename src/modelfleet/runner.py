@@ -108,7 +108,8 @@ class _Tracker:
         if name and kind.startswith("runner_on_"):
             h = self.host(name)
             role = data.get("role") or ""
-            phase = PHASES.get(role, role or (data.get("play") or ""))
+            # a role's phase name, else the play's short name (before " - ": Canary wave, Distribute, Switch)
+            phase = PHASES.get(role, role or (data.get("play") or "").split(" - ")[0])
             if phase and (not h.phases or h.phases[-1] != phase):
                 h.phases.append(phase)
             t = _event_time(ev)
