@@ -142,6 +142,13 @@ def cmd_plan_disk(a) -> int:
     return 0 if plan["feasible"] else 1
 
 
+def _read_result(f):
+    try:
+        return json.loads(f.read_text())
+    except (OSError, ValueError) as e:
+        raise ModelfleetError(f"{f}: not a readable benchmark result ({e})") from None
+
+
 def cmd_report(a) -> int:
     from pathlib import Path
 
@@ -153,10 +160,7 @@ def cmd_report(a) -> int:
         for d in a.sources:
             files = sorted(Path(d).glob("*.json")) if Path(d).is_dir() else [Path(d)]
             for f in files:
-                try:
-                    data = json.loads(f.read_text())
-                except (OSError, ValueError) as e:
-                    raise ModelfleetError(f"{f}: not a readable benchmark result ({e})") from None
+                data = _read_result(f)
                 if isinstance(data, dict) and "points" in data:
                     results[f.stem] = data
         if not results:
@@ -170,10 +174,7 @@ def cmd_report(a) -> int:
     written = {}
     for src in a.sources:
         f = Path(src)
-        try:
-            result = json.loads(f.read_text())
-        except (OSError, ValueError) as e:
-            raise ModelfleetError(f"{f}: not a readable benchmark result ({e})") from None
+        result = _read_result(f)
         if not isinstance(result, dict) or not result.get("points"):
             raise ModelfleetError(f"{f}: has no benchmark points; pass a result written by vllm_bench/modelfleet bench")
         written[f.stem] = report.write_reports(result, out, f.stem)

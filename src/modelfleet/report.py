@@ -77,12 +77,12 @@ def plot(result: dict, path: Path, title: str) -> None:
     plt.close(fig)
 
 
-def _fmt(v, nd=1):
+def _fmt(v, nd=1, escape=True):
     if v is None:
         return "-"
     if isinstance(v, float):
         return f"{v:,.{nd}f}"
-    return html.escape(str(v))
+    return html.escape(str(v)) if escape else str(v)
 
 
 def write_html(result: dict, path: Path, png_name: str, title: str) -> None:
@@ -179,13 +179,5 @@ def comparison_markdown(rows: list[dict]) -> str:
             "knee_concurrency", "knee_cause"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
-        lines.append("| " + " | ".join(_plain(r.get(c)) for c in cols) + " |")
+        lines.append("| " + " | ".join(_fmt(r.get(c), escape=False) for c in cols) + " |")
     return "\n".join(lines) + "\n"
-
-
-def _plain(v) -> str:
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:,.1f}"
-    return str(v)

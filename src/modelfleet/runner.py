@@ -20,6 +20,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 
 from modelfleet._paths import PLAYBOOKS_DIR, REPO_ROOT
@@ -76,8 +77,6 @@ class RunResult:
 
 
 def _event_time(ev: dict) -> float | None:
-    from datetime import datetime
-
     try:
         return datetime.fromisoformat(str(ev.get("created"))).timestamp()
     except ValueError:
