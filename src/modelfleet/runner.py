@@ -83,6 +83,39 @@ def _event_time(ev: dict) -> float | None:
         return None
 
 
+def phase_spans(events) -> list[tuple[str, str, float, float]]:
+    """(host, phase, first, last) for every host and phase seen in ansible-runner events (dicts)."""
+    spans: dict = {}
+    for ev in events:
+        data = ev.get("event_data") or {}
+        name = data.get("host") or data.get("remote_addr")
+        t = _event_time(ev)
+        if not name or t is None or not str(ev.get("event", "")).startswith("runner_on_"):
+            continue
+        role = data.get("role") or ""
+        phase = PHASES.get(role, role or (data.get("play") or "").split(" - ")[0])
+        span = spans.setdefault((name, phase), [t, t])
+        span[0], span[1] = min(span[0], t), max(span[1], t)
+    return [(h, p, a, b) for (h, p), (a, b) in spans.items()]
+
+
+def wall_seconds_in(spans, phases) -> float:
+    """Wall time during which at least one host was in one of `phases`: the union of those spans, so
+    hosts fetching in parallel count once."""
+    ivs = sorted((a, b) for _, p, a, b in spans if p in phases)
+    total, cur = 0.0, None
+    for a, b in ivs:
+        if cur and a <= cur[1]:
+            cur[1] = max(cur[1], b)
+        else:
+            if cur:
+                total += cur[1] - cur[0]
+            cur = [a, b]
+    if cur:
+        total += cur[1] - cur[0]
+    return round(total, 1)
+
+
 class _Tracker:
     """Folds ansible-runner events into per-host state."""
 

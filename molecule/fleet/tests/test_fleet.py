@@ -80,13 +80,21 @@ def test_hub_sent_one_copy_per_model_for_three_hosts(host):
         return
     endpoint = open(os.path.join(EPHEMERAL, "hub", "endpoint")).read().strip()
     stats = json.loads(urllib.request.urlopen(endpoint + "/_modelfleet/stats").read())
-    total = 0
+    total = whole_total = 0
     for repo in ("modelfleet-test--tiny-llama", "modelfleet-test--tiny-llama-b"):
-        lock = host.run(f"cat /models/{repo}/*/.modelfleet/lock.json").stdout
-        total += json.loads(lock)["total_bytes"]
-    # one copy per model for three hosts (three copies would be 3x); the preflight's header-only inspections
-    # are Range reads (206), counted apart - with tiny shards their 1 MiB prefetch covers whole files
-    assert stats["bytes_served"] - stats["ranged_bytes"] == total, (stats, total)
+        lock = json.loads(host.run(f"cat /models/{repo}/*/.modelfleet/lock.json").stdout)
+        total += lock["total_bytes"]
+        prefix = f"/{lock['repo_id']}/resolve/{lock['revision']}/"
+        for f in lock["files"]:
+            whole = stats["whole_by_path"].get(prefix + f["name"], 0)
+            whole_total += whole
+            if f["name"].endswith(".safetensors"):
+                # the weights went out whole exactly once for three hosts (three copies would be 3x)
+                assert whole == f["size"], (f["name"], whole, f["size"])
+    # the rest: small files the controller's preflight also reads (config.json ...) on each of its four runs,
+    # and the header-only Range reads (206) of the inspection, counted apart - far below a second copy
+    assert total <= whole_total < 1.1 * total, (whole_total, total)
+    assert stats["bytes_served"] - stats["ranged_bytes"] < 1.1 * total, (stats, total)
 
 
 def test_benchmark_reports_written(host):

@@ -32,7 +32,7 @@ class HarnessLayer:
         self.mirrors = mirrors
         self.rate_file = rate_file    # holds bytes/s: file bodies are sent at that rate (a slow link)
         self.stall_file = stall_file  # while it exists, file bodies stop mid-way (a stalled link)
-        self.stats = {"bytes_served": 0, "ranged_bytes": 0, "requests": 0, "by_path": {}}
+        self.stats = {"bytes_served": 0, "ranged_bytes": 0, "requests": 0, "by_path": {}, "whole_by_path": {}}
         self.in_flight = 0
         self.stats_file = stats_file
         self.fail_file = fail_file  # if this file exists, file downloads answer 503 (endpoint-down tests)
@@ -47,7 +47,7 @@ class HarnessLayer:
                         "headers": [(b"content-type", b"application/json")]})
             return await send({"type": "http.response.body", "body": body})
         if path == "/_modelfleet/reset":
-            self.stats = {"bytes_served": 0, "ranged_bytes": 0, "requests": 0, "by_path": {}}
+            self.stats = {"bytes_served": 0, "ranged_bytes": 0, "requests": 0, "by_path": {}, "whole_by_path": {}}
             await send({"type": "http.response.start", "status": 200, "headers": []})
             return await send({"type": "http.response.body", "body": b"{}"})
         is_file = "/resolve/" in path
@@ -134,6 +134,8 @@ class HarnessLayer:
                 self.stats["ranged_bytes"] += len(body)
             self.stats["requests"] += 1
             self.stats["by_path"][path] = self.stats["by_path"].get(path, 0) + len(body)
+            if status == 200:  # whole-file reads: downloads
+                self.stats["whole_by_path"][path] = self.stats["whole_by_path"].get(path, 0) + len(body)
             if self.stats_file:
                 tmp = self.stats_file + ".tmp"
                 with open(tmp, "w") as f:
