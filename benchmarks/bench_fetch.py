@@ -1,11 +1,12 @@
 """Fetch throughput: hf_snapshot (the module the hf_fetch role runs, through Ansible) vs a bare
 huggingface_hub snapshot_download of the same repo from the same local hub; sha256 verification MB/s.
 
-    python benchmarks/bench_fetch.py [--mib 96] [--files 4]
+    python benchmarks/bench_fetch.py [--mib 96] [--files 4] [--fleet]
 
 Builds a repo of FILES random shards (MIB in all) plus the tiny model, serves it from the local hub
-server (olah), and prints figures. Hub egress for 1 vs N hosts with fan-out is measured by the
-molecule 'fetch' scenario (tests/test_fetch.py::test_hub_served_one_copy)."""
+server (olah), and prints figures. With --fleet it also runs the hf_fetch role on the built-in local fleet
+(scripts/fleet.sh up: three containers): into one host, then into all three with fan-out from the seed,
+and prints the hub's bytes served for each (goal: equal)."""
 
 from __future__ import annotations
 
@@ -31,6 +32,48 @@ from modelfleet.harness.servers import hub_reset, hub_stats, start_hub  # noqa: 
 from modelfleet.harness.tiny_model import build  # noqa: E402
 
 REPO = "modelfleet-bench/bulk"
+FLEET_ROOT = "/models-bench"
+FLEET_PLAYBOOK = """
+- name: Fetch the benchmark repo with hf_fetch
+  hosts: gpu_hosts
+  gather_facts: false
+  tasks:
+    - name: Run hf_fetch
+      ansible.builtin.include_role:
+        name: hf_fetch
+      vars:
+        hf_fetch_repo_id: %s
+        hf_fetch_root: %s
+        hf_fetch_endpoint: "{{ bench_hub }}"
+        hf_fetch_relay_dir: "{{ bench_relay }}"
+"""
+
+
+def fleet_egress(hub_url: str, work: Path, hosts: list[str]) -> list[tuple[int, int, float]]:
+    """(hosts, hub bytes served, seconds) for a fetch into the first host alone, then into all of them."""
+    inventory = ROOT / "inventory" / "local" / "local.fleet.yml"
+    subprocess.run([str(ROOT / "scripts" / "fleet.sh"), "up"], check=True, stdout=subprocess.DEVNULL)
+    pb = work / "fleet-fetch.yml"
+    pb.write_text(FLEET_PLAYBOOK % (REPO, FLEET_ROOT))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+    rows = []
+    for subset in (hosts[:1], hosts):
+        for h in hosts:
+            subprocess.run(["podman", "exec", h, "rm", "-rf", FLEET_ROOT], check=True)
+        shutil.rmtree(work / "relay", ignore_errors=True)
+        hub_reset(hub_url)
+        t = time.perf_counter()
+        r = subprocess.run(["ansible-playbook", "-i", str(inventory), "--limit", ",".join(subset), str(pb),
+                            "-e", f"bench_hub={hub_url}", "-e", f"bench_relay={work / 'relay'}",
+                            "-e", f"hf_fetch_wheelhouse={ROOT / '.cache' / 'wheelhouse' / 'fetch'}"],
+                           cwd=ROOT, env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        if r.returncode:
+            raise SystemExit(f"hf_fetch on {subset} failed:\n{r.stdout[-3000:]}\n{r.stderr[-2000:]}")
+        rows.append((len(subset), hub_stats(hub_url)["bytes_served"], wall))
+    for h in hosts:
+        subprocess.run(["podman", "exec", h, "rm", "-rf", FLEET_ROOT], check=True)
+    return rows
 
 
 def module(name, args):
@@ -50,6 +93,7 @@ def main() -> int:
     ap.add_argument("--mib", type=int, default=96)
     ap.add_argument("--files", type=int, default=4)
     ap.add_argument("--workers", type=int, default=4)
+    ap.add_argument("--fleet", action="store_true", help="also measure hub egress for 1 vs 3 hosts (local fleet)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="bench-fetch-"))
     try:
@@ -77,6 +121,7 @@ def main() -> int:
                                          "max_workers": a.workers})
             role_wall = time.perf_counter() - t
             served = hub_stats(hub.url)["bytes_served"]
+            fleet = fleet_egress(hub.url, work, ["mf-node-1", "mf-node-2", "mf-node-3"]) if a.fleet else []
         finally:
             hub.stop()
         dl = res["download"]["seconds"]
@@ -93,6 +138,12 @@ def main() -> int:
         file_digest(str(big), "sha256")
         print(f"sha256 of one {big.stat().st_size / 1e6:.0f} MB file (warm cache): "
               f"{big.stat().st_size / (time.perf_counter() - t) / 1e6:.0f} MB/s")
+        for n, b, wall in fleet:
+            print(f"hf_fetch role into {n} host(s) of the local fleet: hub served {b} B "
+                  f"({b / lock['total_bytes']:.2f} copies of {lock['total_bytes']} B), {wall:.1f} s")
+        if fleet:
+            (_, one, _), (n, many, _) = fleet
+            print(f"hub egress {n} hosts / 1 host: {many / one:.3f} (goal: 1.000)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
