@@ -49,7 +49,7 @@ class HostResult:
     detail: str = ""                 # the last progress line (download bytes/rate/ETA, readiness wait)
     failure: str = ""                # the message of the failure that was not rescued
     phases: list = field(default_factory=list)
-    phase_seconds: dict = field(default_factory=dict)   # wall time per phase (first to last event)
+    phase_seconds: dict = field(default_factory=dict)   # wall time per phase (union of its tasks' runs)
     facts: dict = field(default_factory=dict)   # *_outcome facts: plan, fetch, unit, readiness, benchmark
 
 
@@ -83,28 +83,43 @@ def _event_time(ev: dict) -> float | None:
         return None
 
 
+def _task_interval(ev: dict) -> tuple[float, float] | None:
+    """The [start, end] of one task result on one host (ansible-runner puts both in event_data); the
+    event's own time, as an instant, where they are missing."""
+    data = ev.get("event_data") or {}
+    try:
+        return (datetime.fromisoformat(str(data["start"])).timestamp(),
+                datetime.fromisoformat(str(data["end"])).timestamp())
+    except (KeyError, ValueError):
+        t = _event_time(ev)
+        return None if t is None else (t, t)
+
+
+def _phase_of(data: dict) -> str:
+    """A role's phase name, else the play's short name (before " - ": Canary wave, Distribute, Switch)."""
+    role = data.get("role") or ""
+    return PHASES.get(role, role or (data.get("play") or "").split(" - ")[0])
+
+
 def phase_spans(events) -> list[tuple[str, str, float, float]]:
-    """(host, phase, first, last) for every host and phase seen in ansible-runner events (dicts)."""
-    spans: dict = {}
+    """(host, phase, start, end) of every task result in ansible-runner events (dicts). A host that comes
+    back to a phase in a later play (the canary's fetch phase in the distribute play) gets a second
+    interval, not one span over everything in between."""
+    spans = []
     for ev in events:
         data = ev.get("event_data") or {}
         name = data.get("host") or data.get("remote_addr")
-        t = _event_time(ev)
-        if not name or t is None or not str(ev.get("event", "")).startswith("runner_on_"):
+        if not name or not str(ev.get("event", "")).startswith("runner_on_"):
             continue
-        role = data.get("role") or ""
-        phase = PHASES.get(role, role or (data.get("play") or "").split(" - ")[0])
-        span = spans.setdefault((name, phase), [t, t])
-        span[0], span[1] = min(span[0], t), max(span[1], t)
-    return [(h, p, a, b) for (h, p), (a, b) in spans.items()]
+        iv = _task_interval(ev)
+        if iv is not None:
+            spans.append((name, _phase_of(data), iv[0], iv[1]))
+    return spans
 
 
-def wall_seconds_in(spans, phases) -> float:
-    """Wall time during which at least one host was in one of `phases`: the union of those spans, so
-    hosts fetching in parallel count once."""
-    ivs = sorted((a, b) for _, p, a, b in spans if p in phases)
+def _union_seconds(ivs) -> float:
     total, cur = 0.0, None
-    for a, b in ivs:
+    for a, b in sorted(ivs):
         if cur and a <= cur[1]:
             cur[1] = max(cur[1], b)
         else:
@@ -113,7 +128,13 @@ def wall_seconds_in(spans, phases) -> float:
             cur = [a, b]
     if cur:
         total += cur[1] - cur[0]
-    return round(total, 1)
+    return total
+
+
+def wall_seconds_in(spans, phases) -> float:
+    """Wall time during which at least one host was in one of `phases`: the union of those intervals, so
+    hosts fetching in parallel count once and the time between them not at all."""
+    return round(_union_seconds((a, b) for _, p, a, b in spans if p in phases), 1)
 
 
 class _Tracker:
@@ -139,16 +160,14 @@ class _Tracker:
         kind = ev.get("event", "")
         if name and kind.startswith("runner_on_"):
             h = self.host(name)
-            role = data.get("role") or ""
-            # a role's phase name, else the play's short name (before " - ": Canary wave, Distribute, Switch)
-            phase = PHASES.get(role, role or (data.get("play") or "").split(" - ")[0])
+            phase = _phase_of(data)
             if phase and (not h.phases or h.phases[-1] != phase):
                 h.phases.append(phase)
-            t = _event_time(ev)
-            if phase and t is not None:
-                span = self.spans.setdefault((name, phase), [t, t])
-                span[1] = t
-                h.phase_seconds[phase] = round(span[1] - span[0], 1)
+            iv = _task_interval(ev)
+            if phase and iv is not None:
+                ivs = self.spans.setdefault((name, phase), [])
+                ivs.append(iv)
+                h.phase_seconds[phase] = round(_union_seconds(ivs), 1)
             h.phase, h.task = phase, data.get("task") or ""
             res = data.get("res") or {}
             if kind == "runner_on_ok":
