@@ -45,49 +45,11 @@ unit_state: {description: The unit's ActiveState., returned: always, type: str}
 completion: {description: The completion text when ready., returned: when ready, type: str}
 """
 
-import json
 import subprocess
 import time
-import urllib.error
-import urllib.request
 
 from ansible.module_utils.basic import AnsibleModule
-
-
-def _get(url, key, timeout=5, data=None):
-    headers = {"Content-Type": "application/json"}
-    if key:
-        headers["Authorization"] = f"Bearer {key}"
-    req = urllib.request.Request(url, data=data, headers=headers)
-    with urllib.request.urlopen(req, timeout=timeout) as r:
-        return r.status, r.read()
-
-
-def look(url, name, key, prompt, max_tokens):
-    try:
-        st, _ = _get(url + "/health", key)
-        if st != 200:
-            return "down", f"/health answered {st}", None
-    except (urllib.error.URLError, OSError) as e:
-        return "down", f"/health: {getattr(e, 'reason', e)}", None
-    try:
-        st, body = _get(url + "/v1/models", key)
-        models = [m.get("id") for m in json.loads(body).get("data", [])]
-    except urllib.error.HTTPError as e:
-        return "health", f"/v1/models answered {e.code}", None
-    except (urllib.error.URLError, OSError, ValueError) as e:
-        return "health", f"/v1/models: {e}", None
-    if name not in models:
-        return "health", f"/v1/models lists {models}, not {name}", None
-    body = json.dumps({"model": name, "prompt": prompt, "max_tokens": max_tokens}).encode()
-    try:
-        st, out = _get(url + "/v1/completions", key, timeout=60, data=body)
-        text = json.loads(out)["choices"][0]["text"]
-    except urllib.error.HTTPError as e:
-        return "listed", f"completion answered {e.code}: {e.read()[:200]!r}", None
-    except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
-        return "listed", f"completion: {e}", None
-    return "ready", "health 200, model listed, completion returned", text
+from ansible.module_utils.modelfleet.readiness import look
 
 
 def unit_info(unit):

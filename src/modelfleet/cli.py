@@ -315,7 +315,8 @@ def _deploy_summary(res) -> None:
         bench = d.get("benchmark") or {}
         times = ", ".join(f"{k} {v:.0f}s" for k, v in h.phase_seconds.items())
         print(f"{h.host:<12} {h.status:<8} reached {h.phase or '-':<12} rev {str(d.get('revision', '-'))[:12]:<12} "
-              f"from {d.get('fetched_from', '-')}, {d.get('bytes', '-')} B")
+              f"from {d.get('fetched_from', '-')}, {d.get('bytes', '-')} B"
+              + ("  (up to date: fetch, environment and unit skipped)" if d.get("up_to_date") else ""))
         print(f"{'':<12} time: {times or '-'}")
         if bench:
             print(f"{'':<12} bench: single {bench.get('single_stream_output_tok_s') or 0:.1f} tok/s, peak "
