@@ -30,9 +30,9 @@ import tempfile
 
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 from ansible.module_utils.modelfleet.fetch import MARKER_DIR
+from ansible.module_utils.modelfleet.host_state import UNIT_GLOB
 
 RECORD_VERSION = 1
-UNIT_GLOB = "modelfleet-vllm@*.service"
 
 
 class RecordError(ModelfleetError):
