@@ -18,6 +18,11 @@ description:
   - Meant to run as an Ansible async job, detached from the connection. A rerun after an interruption
     keeps completed files (huggingface_hub does not resume a partial file across processes, so at most
     max_workers partial files are fetched again).
+  - One writer per model. The module holds an exclusive lock on
+    C(<root>/.status/<org>--<name>@<commit>.lock) for as long as it (and its download child) runs, so a
+    second fetch of the same commit, for example a rerun while an earlier run's detached job is still
+    downloading, fails at once with that job's pid and progress and changes nothing. The kernel releases
+    the lock when the holder dies, so a killed fetch never leaves a stale lock.
 version_added: "0.1.0"
 author: modelfleet
 options:
@@ -61,6 +66,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 from ansible.module_utils.modelfleet.fetch import (
     FetchError,
+    ModelWriteLock,
     download_with_watchdog,
     finalize,
     is_complete,
@@ -100,6 +106,9 @@ def main():
             module.fail_json(msg=f"cannot read token file {p['token_file']}: {e.strerror}")
     try:
         paths = model_paths(p["root"], lock["repo_id"], lock["revision"])
+        if not module.check_mode:
+            # held until this module (and its download child) ends: one writer per model
+            writer = ModelWriteLock(paths).acquire()  # noqa: F841
         reopened = None
         if is_complete(paths["final"], lock["revision"]):
             if p["verify_existing"] == "none":

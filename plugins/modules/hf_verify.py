@@ -44,7 +44,14 @@ import pwd
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.fetch import finalize, is_complete, model_paths, reopen_complete, verify_tree
+from ansible.module_utils.modelfleet.fetch import (
+    ModelWriteLock,
+    finalize,
+    is_complete,
+    model_paths,
+    reopen_complete,
+    verify_tree,
+)
 
 
 def reopen_check(paths, lock):
@@ -74,6 +81,8 @@ def main():
     lock = p["lock"]
     try:
         paths = model_paths(p["root"], lock["repo_id"], lock["revision"])
+        if not module.check_mode and (p["reopen_bad"] or p["finalize"]):
+            writer = ModelWriteLock(paths).acquire()  # noqa: F841  - held until the module ends
         if is_complete(paths["final"], lock["revision"]) and not p["source"]:
             if module.check_mode or not p["reopen_bad"]:
                 v = verify_tree(paths["final"], lock) if p["level"] == "full" else reopen_check(paths, lock)

@@ -4,11 +4,13 @@ curves. Also: another client on the server during a point breaks reconciliation 
 
 from __future__ import annotations
 
+import asyncio
 import csv
 import json
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 from ansible.module_utils.modelfleet import bench, bench_client
@@ -87,23 +89,51 @@ def test_png_shows_both_curves(sweep):
 
 
 def test_another_client_breaks_reconciliation(vllm_server):
-    """A second client generating tokens during the point: the server's counter exceeds the client's."""
+    """A second client generating tokens during the point: the server's counter exceeds the client's.
+    The other client runs long streams (far longer than the point) and the point starts only once the
+    server reports them running, so they overlap the whole point whatever the machine's speed."""
     cfg = _cfg(vllm_server.url, output_len=24)
-    other = _cfg(vllm_server.url, output_len=24, seed=9)
+    other = _cfg(vllm_server.url, output_len=400, seed=9)
+    prompts = bench_client.make_prompts(other, 2, salt=5)
     done = threading.Event()
+    noise = {"tokens": 0, "errors": [], "crash": None}
 
-    def noise():
-        while not done.is_set():
-            bench_client.run_point(dict(other, warmup=0), concurrency=2, num_prompts=2)
+    def run_noise():
+        async def worker(session, prompt):
+            while not done.is_set():
+                rec = await bench_client.one_request(session, other, prompt)
+                noise["tokens"] += rec["completion_tokens"]
+                if rec["error"]:
+                    noise["errors"].append(rec["error"])
+                    return
 
-    t = threading.Thread(target=noise, daemon=True)
+        async def main():
+            async with bench_client._session(other, 2) as session:
+                await asyncio.gather(*(worker(session, p) for p in prompts))
+        try:
+            asyncio.run(main())
+        except BaseException as e:  # reported by the test below, not lost in the thread
+            noise["crash"] = repr(e)
+
+    t = threading.Thread(target=run_noise, daemon=True)
     t.start()
     try:
+        deadline = time.monotonic() + 120
+        running = 0
+        while time.monotonic() < deadline and not noise["errors"] and noise["crash"] is None:
+            running = bench.server_snapshot(bench_client.scrape(cfg), "tiny-llama")["requests_running"] or 0
+            if running >= 2:
+                break
+            time.sleep(0.1)
+        assert running >= 2, f"the other client never got going: {noise}"
         p = bench_client.run_point(cfg, concurrency=1, num_prompts=4)
     finally:
         done.set()
-        t.join(120)
-    assert p["reconciled"] is False and not p["valid"]
+        t.join(300)
+    assert not noise["errors"] and noise["crash"] is None, noise
+    assert p["completed"] == 4 and p["total_output_tokens"] == 96
+    assert p["reconciled"] is False and not p["valid"], p
+    assert p["server_generation_tokens"] > p["total_output_tokens"] * 1.5
     assert any("another client" in r for r in p["invalid_reasons"])
 
 

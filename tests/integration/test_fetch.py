@@ -66,30 +66,46 @@ def _complete_in_staging(staging, lock) -> set[str]:
             and verify_entry(staging, e)["ok"]}
 
 
-def _kill_all(proc, status_path):
-    """Kill the whole fetch as a crash would: the module (watchdog) process and its download child."""
-    try:
-        st = json.load(open(status_path))
-    except (OSError, ValueError):
-        st = {}
-    pids = {st.get("watchdog_pid"), st.get("pid")}
-    for d in os.listdir("/proc"):  # and any hf_snapshot module process this test started, found by its command
+def _children() -> dict[int, list[int]]:
+    kids: dict[int, list[int]] = {}
+    for d in os.listdir("/proc"):
         if d.isdigit():
             try:
-                if b"AnsiballZ_hf_snapshot" in open(f"/proc/{d}/cmdline", "rb").read():
-                    pids.add(int(d))
+                stat = open(f"/proc/{d}/stat").read()
             except OSError:
-                pass
-    for pid in pids:
-        if pid:
+                continue
+            ppid = int(stat.rsplit(")", 1)[1].split()[1])
+            kids.setdefault(ppid, []).append(int(d))
+    return kids
+
+
+def _kill_all(proc):
+    """Kill the whole fetch as a crash would: the ansible controller, its workers (each in its own
+    session, so not in the controller's process group), the module (watchdog) and its download child.
+    The tree is frozen first (SIGSTOP, repeated until no new process appears), then killed, so a worker
+    that was just starting the module cannot live on as a second writer."""
+    frozen: set[int] = set()
+    while True:
+        kids, todo, tree = _children(), [proc.pid], set()
+        while todo:
+            pid = todo.pop()
+            if pid not in tree:
+                tree.add(pid)
+                todo += kids.get(pid, [])
+        new = tree - frozen
+        if not new:
+            break
+        for pid in new:
             try:
-                os.kill(pid, signal.SIGKILL)
+                os.kill(pid, signal.SIGSTOP)
             except ProcessLookupError:
                 pass
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
+        frozen |= new
+    for pid in frozen:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
     proc.wait(10)
 
 
@@ -110,7 +126,7 @@ def test_resume_after_random_kills(slow_hub, tmp_path, token_file):
         proc = ansible_module("hf_snapshot", args, popen=True)
         time.sleep(rng.uniform(1.0, 3.0))
         seen_ps.append(subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout)
-        _kill_all(proc, paths["status"])
+        _kill_all(proc)
         kills += 1
         again = _fetched_paths(hub) & done_before
         assert not again, f"re-fetched files that were already complete: {again}"
@@ -132,6 +148,46 @@ def test_resume_after_random_kills(slow_hub, tmp_path, token_file):
     for dirpath, _d, files in os.walk(root):
         for f in files:
             assert TOKEN.encode() not in open(os.path.join(dirpath, f), "rb").read(), f
+
+
+def test_second_fetch_of_the_same_model_is_refused_while_one_runs(slow_hub, tmp_path):
+    """Two writers on one staging tree (a rerun while an earlier detached job still downloads) would race
+    on the final rename; the second is refused at once, names the first, and changes nothing."""
+    hub = slow_hub
+    root = tmp_path / "models"
+    lock = lock_for(hub, root)
+    paths = model_paths(str(root), TINY_REPO, lock["revision"])
+    args = {"root": str(root), "lock": lock, "endpoint": hub.url, "max_workers": 2}
+    first = ansible_module("hf_snapshot", args, popen=True)
+    try:
+        deadline = time.monotonic() + 60
+        st = {}
+        while time.monotonic() < deadline:
+            try:
+                st = json.load(open(paths["status"]))
+            except (OSError, ValueError):
+                st = {}
+            if st.get("state") == "downloading":
+                break
+            time.sleep(0.2)
+        assert st.get("state") == "downloading", st
+        before = sorted(os.listdir(paths["staging"]))
+        rc, res, out = ansible_module("hf_snapshot", args)
+        assert rc != 0
+        assert f"another fetch (pid {st['watchdog_pid']})" in res["msg"], res["msg"]
+        assert "downloading" in res["msg"] and "nothing was changed" in res["msg"]
+        assert first.poll() is None, "the first fetch was disturbed"
+        assert set(before) <= set(os.listdir(paths["staging"]))
+        hub.extra["rate_file"].write_text(str(5_000_000))
+        out1, _ = first.communicate(timeout=300)
+        assert first.returncode == 0, out1[-3000:]
+    finally:
+        if first.poll() is None:
+            _kill_all(first)
+    for e in lock["files"]:
+        assert verify_entry(paths["final"], e)["ok"], e["name"]
+    rc, res, out = ansible_module("hf_snapshot", args)  # the lock went with the first fetch
+    assert rc == 0 and res["already_complete"], out[-2000:]
 
 
 def test_corrupted_byte_is_detected_and_only_that_file_refetched(hub, tmp_path):

@@ -5,12 +5,14 @@ Layout on a host (see README "State layout"):
   <root>/<org>--<name>/<commit>/.modelfleet/     lock.json, complete (written last), last_used
   <root>/.staging/<org>--<name>/<commit>/        a download in flight (huggingface_hub local_dir)
   <root>/.status/<org>--<name>@<commit>.json     progress: state, bytes done/total, rate, ETA, stalls
+  <root>/.status/<org>--<name>@<commit>.lock     held (flock) by the one fetch writing this model; pid inside
 
 The pure parts (paths, lock building, file selection, hashing, progress arithmetic) are plain functions;
 `download_with_watchdog` and `finalize` do the I/O."""
 
 from __future__ import annotations
 
+import fcntl
 import fnmatch
 import hashlib
 import json
@@ -46,6 +48,7 @@ def model_paths(root: str, repo_id: str, commit: str) -> dict:
         "final": os.path.join(root, d, commit),
         "staging": os.path.join(root, ".staging", d, commit),
         "status": os.path.join(root, ".status", f"{d}@{commit}.json"),
+        "lock": os.path.join(root, ".status", f"{d}@{commit}.lock"),
         "meta": os.path.join(root, d, commit, MARKER_DIR),
     }
 
@@ -203,21 +206,79 @@ def write_status(path: str, status: dict) -> None:
     os.replace(tmp, path)
 
 
+class ModelWriteLock:
+    """One writer per model: an exclusive flock on <root>/.status/<model>@<commit>.lock, held while a fetch
+    or a re-verification changes staging or the final tree. The kernel drops it when the holder dies (a
+    killed fetch leaves no stale lock); the download child inherits it, so it stays held while that child
+    still writes. A second writer is refused at once with the holder's pid and progress, never waits
+    silently, and changes nothing."""
+
+    def __init__(self, paths: dict):
+        self.paths = paths
+        self.fd = None
+
+    def __enter__(self):
+        return self.acquire()
+
+    def acquire(self):
+        """Take the lock (released at __exit__, or when this process and its children end)."""
+        path = self.paths["lock"]
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
+            os.close(fd)
+            raise FetchError(self.busy_message(holder)) from None
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self.fd = fd
+        return self
+
+    def busy_message(self, holder: str) -> str:
+        try:
+            with open(self.paths["status"]) as f:
+                st = json.load(f)
+            pct = st.get("percent")
+            progress = f"{st.get('state', '?')}" + (f", {pct:.1f}%" if isinstance(pct, (int, float)) else "")
+        except (OSError, ValueError, TypeError):
+            progress = "no progress recorded"
+        try:
+            os.kill(int(holder), 0)
+        except (ValueError, ProcessLookupError):
+            holder += f", now gone: a process it started still holds {self.paths['lock']} (fuser -v shows it)"
+        except PermissionError:
+            pass
+        return (f"another fetch (pid {holder}) is writing {self.paths['staging']} ({progress}; progress in "
+                f"{self.paths['status']}); wait for it to finish or end that process, then rerun - nothing was "
+                "changed")
+
+    def __exit__(self, *exc):
+        if self.fd is not None:
+            os.close(self.fd)  # closing the last descriptor releases the lock
+            self.fd = None
+        return False
+
+
 # --------------------------------------------------------------------------- download
-def _die_with_parent() -> None:
+def _die_with_parent(parent_pid: int) -> None:
     """Linux: deliver SIGKILL to this process when its parent dies, so a killed fetch leaves no orphan
-    download writing into staging."""
+    download writing into staging. A parent that died before the request was made (killed between fork
+    and here) would never send it, so that case ends the child at once."""
     try:
         import ctypes
 
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
+    if os.getppid() != parent_pid:
+        os._exit(70)
 
 
-def _child_download(repo_id, commit, staging, names, endpoint, token, max_workers):
+def _child_download(repo_id, commit, staging, names, endpoint, token, max_workers, parent_pid):
     os.setsid()
-    _die_with_parent()
+    _die_with_parent(parent_pid)
     os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
     os.environ.pop("HF_TOKEN", None)
     from huggingface_hub import snapshot_download
@@ -245,7 +306,8 @@ def download_with_watchdog(*, repo_id: str, lock: dict, staging: str, status_pat
     while True:
         attempts += 1
         child = ctx.Process(target=_child_download,
-                            args=(repo_id, lock["revision"], staging, names, endpoint, token, max_workers))
+                            args=(repo_id, lock["revision"], staging, names, endpoint, token, max_workers,
+                                  os.getpid()))
         child.start()
         write_status(status_path, {"state": "downloading", "repo_id": repo_id, "revision": lock["revision"],
                                    **progress_figures(samples, total), "stalls": stalls, "attempt": attempts,
