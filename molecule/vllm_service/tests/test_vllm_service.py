@@ -10,7 +10,7 @@ OTHER = "modelfleet-vllm@tiny-llama-b.service"
 PORT = 18301
 
 
-def _wait_ready(host, timeout=420):
+def _wait_ready(host, timeout=900):
     t = time.monotonic()
     while time.monotonic() - t < timeout:
         out = host.run(f"curl -fsS http://127.0.0.1:{PORT}/v1/models")
