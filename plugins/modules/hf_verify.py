@@ -82,7 +82,7 @@ def main():
     try:
         paths = model_paths(p["root"], lock["repo_id"], lock["revision"])
         if not module.check_mode and (p["reopen_bad"] or p["finalize"]):
-            writer = ModelWriteLock(paths).acquire()  # noqa: F841  - held until the module ends
+            ModelWriteLock(paths).acquire()  # held until the module process ends
         if is_complete(paths["final"], lock["revision"]) and not p["source"]:
             if module.check_mode or not p["reopen_bad"]:
                 v = verify_tree(paths["final"], lock) if p["level"] == "full" else reopen_check(paths, lock)

@@ -1,7 +1,7 @@
 """The fleet after: check mode on the fresh fleet (nothing), deploy tiny-llama-b, an unchanged re-run
 (the fast path), the swap to tiny-llama, an unchanged re-run with the fast path off (every step, nothing
-changed), a service stopped by hand on fleet-2 and a re-run (fleet-1 skips, fleet-2 repaired), and a
-broken profile on the canary (rollout stopped, canary rolled back, the other host untouched)."""
+changed), a service stopped by hand on fleet-3 and a re-run (fleet-1/2 skip, fleet-3 repaired), and a
+broken profile on the canary (rollout stopped, canary rolled back, the other hosts untouched)."""
 
 import hashlib
 import json
@@ -10,7 +10,7 @@ import re
 import time
 import urllib.request
 
-PORTS = {"fleet-1": 18501, "fleet-2": 18502}
+PORTS = {"fleet-1": 18501, "fleet-2": 18502, "fleet-3": 18503}
 UNIT = "modelfleet-vllm@tiny-llama.service"
 OTHER = "modelfleet-vllm@tiny-llama-b.service"
 EPHEMERAL = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "")
@@ -68,7 +68,7 @@ def test_the_rollout_stopped_at_the_canary():
     # run, its gate would have failed every other host with this message before touching it
     assert "PLAY [Distribute" not in out or "rollout stopped: the canary fleet-1 did not pass" in out
     recap = {line.split()[0]: line for line in raw.splitlines() if line.startswith("fleet-")}
-    for h in ("fleet-2",):
+    for h in ("fleet-2", "fleet-3"):
         assert h not in recap or "changed=0" in recap[h], recap[h]
     assert "failed=1" in recap["fleet-1"]
 
@@ -82,7 +82,7 @@ def test_other_hosts_untouched_by_the_broken_deploy(host):
     assert restarts == "0"
 
 
-def test_hub_sent_one_copy_per_model_for_the_fleet(host):
+def test_hub_sent_one_copy_per_model_for_three_hosts(host):
     if _name(host) != "fleet-1":
         return
     endpoint = open(os.path.join(EPHEMERAL, "hub", "endpoint")).read().strip()
@@ -94,7 +94,7 @@ def test_hub_sent_one_copy_per_model_for_the_fleet(host):
         for f in lock["files"]:
             whole = stats["whole_by_path"].get(prefix + f["name"], 0)
             if f["name"].endswith(".safetensors"):
-                # the weights went out whole exactly once for the fleet (a copy per host would be 2x)
+                # the weights went out whole exactly once for three hosts (three copies would be 3x)
                 assert whole == f["size"], (f["name"], whole, f["size"])
                 weights, whole_weights = weights + f["size"], whole_weights + whole
             else:
@@ -129,16 +129,16 @@ def test_full_rerun_with_the_fast_path_off_ran_every_step_and_changed_nothing():
         assert not _said(out, h, "up to date")
 
 
-def test_drift_rerun_skipped_the_current_host_and_repaired_fleet_2():
+def test_drift_rerun_skipped_the_current_hosts_and_repaired_fleet_3():
     raw = _plain(open(os.path.join(EPHEMERAL, "drift_rerun.out")).read())
     out = " ".join(raw.split())
     recap = _recap(raw)
-    for h in ("fleet-1",):
+    for h in ("fleet-1", "fleet-2"):
         assert _said(out, h, "up to date: tiny-llama at"), h
         assert "changed=0" in recap[h] and "failed=0" in recap[h], recap[h]
-    why = _said(out, "fleet-2", "full path:")
+    why = _said(out, "fleet-3", "full path:")
     assert why and "modelfleet-vllm@tiny-llama.service is not active" in why[0], why
-    assert "failed=0" in recap["fleet-2"] and "changed=0" not in recap["fleet-2"], recap["fleet-2"]
+    assert "failed=0" in recap["fleet-3"] and "changed=0" not in recap["fleet-3"], recap["fleet-3"]
 
 
 def test_deploy_record_is_root_only_and_matches_the_unit(host):

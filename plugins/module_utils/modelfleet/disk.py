@@ -11,6 +11,7 @@ import os
 import shutil
 import subprocess
 
+from ansible.module_utils.modelfleet import flock
 from ansible.module_utils.modelfleet.errors import DiskPlanError
 from ansible.module_utils.modelfleet.units import both_units, fmt_bytes
 
@@ -312,36 +313,16 @@ class HostLock:
         self.fd = None
 
     def __enter__(self):
-        import fcntl
-        import time
-
-        os.makedirs(os.path.dirname(self.path), exist_ok=True)
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o600)
-        deadline = time.monotonic() + self.wait
-        while True:
-            try:
-                fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() >= deadline:
-                    try:
-                        holder = os.pread(self.fd, 4096, 0).decode(errors="replace").strip()
-                    except OSError:
-                        holder = "?"
-                    os.close(self.fd)
-                    raise DiskPlanError(f"another modelfleet run holds the storage lock {self.path} ({holder}); "
-                                        "wait for it to finish") from None
-                time.sleep(0.2)
-        os.ftruncate(self.fd, 0)
-        os.pwrite(self.fd, f"pid={os.getpid()} {self.owner}".encode(), 0)
+        self.fd, holder = flock.try_lock(self.path, wait_seconds=self.wait)
+        if self.fd is None:
+            raise DiskPlanError(f"another modelfleet run holds the storage lock {self.path} ({holder}); "
+                                "wait for it to finish")
+        flock.write_holder(self.fd, f"pid={os.getpid()} {self.owner}")
         return self
 
     def __exit__(self, *exc):
-        import fcntl
-
-        os.ftruncate(self.fd, 0)
-        fcntl.flock(self.fd, fcntl.LOCK_UN)
-        os.close(self.fd)
+        flock.release(self.fd, clear=True)
+        self.fd = None
 
 
 def delete_model_dir(root: str, path: str, realpath=os.path.realpath) -> int:

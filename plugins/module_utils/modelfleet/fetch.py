@@ -12,7 +12,6 @@ The pure parts (paths, lock building, file selection, hashing, progress arithmet
 
 from __future__ import annotations
 
-import fcntl
 import fnmatch
 import hashlib
 import json
@@ -22,6 +21,7 @@ import shutil
 import signal
 import time
 
+from ansible.module_utils.modelfleet import flock
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -222,17 +222,10 @@ class ModelWriteLock:
 
     def acquire(self):
         """Take the lock (released at __exit__, or when this process and its children end)."""
-        path = self.paths["lock"]
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.pread(fd, 64, 0).decode("ascii", "replace").strip() or "?"
-            os.close(fd)
-            raise FetchError(self.busy_message(holder)) from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        fd, holder = flock.try_lock(self.paths["lock"], mode=0o644)
+        if fd is None:
+            raise FetchError(self.busy_message(holder))
+        flock.write_holder(fd, f"{os.getpid()}\n")
         self.fd = fd
         return self
 
@@ -256,7 +249,7 @@ class ModelWriteLock:
 
     def __exit__(self, *exc):
         if self.fd is not None:
-            os.close(self.fd)  # closing the last descriptor releases the lock
+            flock.release(self.fd)  # the download child's copy, if it still lives, keeps it held
             self.fd = None
         return False
 

@@ -1,0 +1,46 @@
+"""The one advisory-lock primitive behind modelfleet's host locks (`disk.HostLock`, the storage plan and
+deletions; `fetch.ModelWriteLock`, one writer per model): an exclusive, non-blocking flock on a file
+that also records who holds it. The kernel drops a flock when its last descriptor closes, so a killed
+holder never leaves a stale lock; only the holder text can be stale, and the callers say so."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import time
+
+
+def try_lock(path: str, wait_seconds: float = 0.0, mode: int = 0o600):
+    """Open (creating it and its folder) and lock `path`. Returns (fd, None) when the lock was taken, or
+    (None, holder) when another process still held it after `wait_seconds`: `holder` is the text that
+    process wrote ("?" if none). The descriptor is close-on-exec: a child keeps the lock only where the
+    caller hands the descriptor down on purpose."""
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return fd, None
+        except BlockingIOError:
+            if time.monotonic() >= deadline:
+                try:
+                    holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "?"
+                except OSError:
+                    holder = "?"
+                os.close(fd)
+                return None, holder
+            time.sleep(0.2)
+
+
+def write_holder(fd: int, text: str) -> None:
+    """Replace what the lock file says about its holder."""
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, text.encode(), 0)
+
+
+def release(fd: int, clear: bool = False) -> None:
+    """Drop the lock (closing the descriptor releases it); `clear` empties the holder text first."""
+    if clear:
+        os.ftruncate(fd, 0)
+    os.close(fd)

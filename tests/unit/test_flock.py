@@ -1,0 +1,76 @@
+"""The shared lock primitive: a second taker is refused with the holder's text, a wait gives up at its
+deadline, release frees the lock for the next taker, and a holder that dies frees it (no stale lock)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from ansible.module_utils.modelfleet import flock
+
+
+def test_second_taker_is_refused_with_the_holders_text(tmp_path):
+    path = str(tmp_path / "state" / "x.lock")  # the folder is created
+    fd, holder = flock.try_lock(path)
+    assert fd is not None and holder is None
+    flock.write_holder(fd, "pid=1 run-a")
+    fd2, holder2 = flock.try_lock(path)
+    assert fd2 is None and holder2 == "pid=1 run-a"
+    assert oct(os.stat(path).st_mode & 0o777) == "0o600"
+    flock.release(fd, clear=True)
+    assert open(path).read() == ""
+    fd3, _ = flock.try_lock(path)
+    assert fd3 is not None, "the lock was not released"
+    flock.release(fd3)
+
+
+def test_a_wait_gives_up_at_its_deadline_and_an_empty_holder_reads_as_unknown(tmp_path):
+    path = str(tmp_path / "x.lock")
+    fd, _ = flock.try_lock(path)
+    t = time.monotonic()
+    fd2, holder = flock.try_lock(path, wait_seconds=0.5)
+    waited = time.monotonic() - t
+    assert fd2 is None and holder == "?"
+    assert 0.4 <= waited < 5, waited
+    flock.release(fd)
+
+
+def test_a_wait_succeeds_once_the_holder_releases(tmp_path):
+    path = str(tmp_path / "x.lock")
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, sys, time\n"
+        f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(1.0)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        assert flock.try_lock(path)[0] is None
+        fd, holder = flock.try_lock(path, wait_seconds=30)
+        assert fd is not None and holder is None
+        flock.release(fd)
+    finally:
+        child.wait(timeout=30)
+
+
+def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
+    path = str(tmp_path / "x.lock")
+    child = subprocess.Popen([sys.executable, "-c", (
+        "import fcntl, os, time\n"
+        f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
+        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
+        "os.pwrite(fd, b'pid=%d' % os.getpid(), 0)\n"
+        "print('held', flush=True)\n"
+        "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        fd, holder = flock.try_lock(path)
+        assert fd is None and holder == f"pid={child.pid}"
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    fd, holder = flock.try_lock(path)
+    assert fd is not None, f"a dead holder still blocks the lock ({holder})"
+    flock.release(fd)
