@@ -108,7 +108,7 @@ def main():
         paths = model_paths(p["root"], lock["repo_id"], lock["revision"])
         if not module.check_mode:
             # held until this module (and its download child) ends: one writer per model
-            ModelWriteLock(paths).acquire()  # held until the module process ends
+            ModelWriteLock(paths).acquire()
         reopened = None
         if is_complete(paths["final"], lock["revision"]):
             if p["verify_existing"] == "none":

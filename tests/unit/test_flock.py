@@ -37,16 +37,24 @@ def test_a_wait_gives_up_at_its_deadline_and_an_empty_holder_reads_as_unknown(tm
     flock.release(fd)
 
 
-def test_a_wait_succeeds_once_the_holder_releases(tmp_path):
-    path = str(tmp_path / "x.lock")
+def _holder(path: str, seconds: float, note_pid: bool = False) -> subprocess.Popen:
+    """Another process that takes the lock on `path` (optionally writing pid=<its pid>), says "held" and
+    keeps it for `seconds`."""
     child = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, os, sys, time\n"
+        "import fcntl, os, time\n"
         f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
         "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-        "print('held', flush=True)\n"
-        "time.sleep(1.0)\n")], stdout=subprocess.PIPE, text=True)
+        + ("os.pwrite(fd, b'pid=%d' % os.getpid(), 0)\n" if note_pid else "")
+        + "print('held', flush=True)\n"
+        f"time.sleep({seconds})\n")], stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "held"
+    return child
+
+
+def test_a_wait_succeeds_once_the_holder_releases(tmp_path):
+    path = str(tmp_path / "x.lock")
+    child = _holder(path, 1.0)
     try:
-        assert child.stdout.readline().strip() == "held"
         assert flock.try_lock(path)[0] is None
         fd, holder = flock.try_lock(path, wait_seconds=30)
         assert fd is not None and holder is None
@@ -57,15 +65,8 @@ def test_a_wait_succeeds_once_the_holder_releases(tmp_path):
 
 def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     path = str(tmp_path / "x.lock")
-    child = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, os, time\n"
-        f"fd = os.open({path!r}, os.O_RDWR | os.O_CREAT, 0o600)\n"
-        "fcntl.flock(fd, fcntl.LOCK_EX)\n"
-        "os.pwrite(fd, b'pid=%d' % os.getpid(), 0)\n"
-        "print('held', flush=True)\n"
-        "time.sleep(600)\n")], stdout=subprocess.PIPE, text=True)
+    child = _holder(path, 600, note_pid=True)
     try:
-        assert child.stdout.readline().strip() == "held"
         fd, holder = flock.try_lock(path)
         assert fd is None and holder == f"pid={child.pid}"
     finally:

@@ -13,8 +13,8 @@ import time
 def try_lock(path: str, wait_seconds: float = 0.0, mode: int = 0o600):
     """Open (creating it and its folder) and lock `path`. Returns (fd, None) when the lock was taken, or
     (None, holder) when another process still held it after `wait_seconds`: `holder` is the text that
-    process wrote ("?" if none). The descriptor is close-on-exec: a child keeps the lock only where the
-    caller hands the descriptor down on purpose."""
+    process wrote ("?" if none). The descriptor is close-on-exec: a forked child shares the lock (the
+    fetch's download child relies on that), a program it execs does not."""
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
     fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, mode)
     deadline = time.monotonic() + wait_seconds
