@@ -37,8 +37,10 @@ def test_debian_package_missing(tmp_path):
 
 
 def test_not_root(tmp_path):
-    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/bash",
-                        str(ROOT / "scripts/setup.sh")], capture_output=True, text=True,
-                       env={"PATH": os.environ["PATH"]})
+    # the script goes in on stdin, so the unprivileged shell needs no access to the checkout (a clone in
+    # a 0700 folder, as `mktemp -d` makes, is unreadable to uid 65534)
+    r = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "/bin/bash", "-s"],
+                       input=(ROOT / "scripts/setup.sh").read_text(), capture_output=True, text=True,
+                       cwd="/", env={"PATH": os.environ["PATH"]})
     assert r.returncode == 1
     assert "must run as root" in r.stderr and "sudo" in r.stderr
