@@ -28,6 +28,19 @@ options:
   model_bytes: {description: Model size, for the start timeout., type: int, default: 0}
   load_bytes_per_s: {description: Expected load rate., type: float, default: 1000000000}
   base_seconds: {description: Start-up time besides loading., type: int, default: 180}
+  cache_dir:
+    description:
+      - The unit's writable cache folder (its only ReadWritePaths entry). Every cache vLLM and its kernel
+        libraries write at run time (HOME, XDG_CACHE_HOME, TRITON_CACHE_DIR, TORCHINDUCTOR_CACHE_DIR,
+        VLLM_CACHE_ROOT, CUDA_CACHE_PATH, FLASHINFER_WORKSPACE_BASE, ...) is pointed inside it.
+    type: str
+    required: true
+  extra_environment:
+    description:
+      - More variables for the server (vllm_service_environment). Names must match [A-Za-z_][A-Za-z0-9_]*,
+        values must be one line, and the cache and offline variables modelfleet sets cannot be overridden.
+    type: dict
+    default: {}
 attributes:
   check_mode: {support: full}
   diff_mode: {support: none}
@@ -49,13 +62,23 @@ exec_start: {description: argv quoted for systemd, one element per line in the u
 unit: {description: The unit name., returned: success, type: str}
 timeout_start_seconds: {description: TimeoutStartSec and the readiness budget., returned: success, type: int}
 command_line: {description: The command as one shell-readable line (shown in check/diff mode)., returned: success, type: str}
+cache_dir: {description: The writable cache folder, normalised (ReadWritePaths and WorkingDirectory)., returned: success, type: str}
+environment: {description: Every variable the unit sets, in order., returned: success, type: dict}
+environment_lines: {description: The Environment= values, quoted by systemd's rules., returned: success, type: list, elements: str}
 """
 
 import shlex
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.vllm_unit import exec_lines, server_argv, start_timeout_seconds, unit_name
+from ansible.module_utils.modelfleet.vllm_unit import (
+    environment_assignment,
+    exec_lines,
+    server_argv,
+    start_timeout_seconds,
+    unit_environment,
+    unit_name,
+)
 
 
 def main():
@@ -73,6 +96,8 @@ def main():
             "model_bytes": {"type": "int", "default": 0},
             "load_bytes_per_s": {"type": "float", "default": 1e9},
             "base_seconds": {"type": "int", "default": 180},
+            "cache_dir": {"type": "str", "required": True},
+            "extra_environment": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -83,10 +108,14 @@ def main():
                            api_key_set=p["api_key_set"])
         unit = unit_name(p["profile"]["served_model_name"])
         timeout = start_timeout_seconds(p["model_bytes"], p["load_bytes_per_s"], p["base_seconds"])
+        env = unit_environment(p["cache_dir"], p["extra_environment"])
+        env_lines = [environment_assignment(k, v) for k, v in env.items()]
+        exec_start = exec_lines(argv)
     except (ModelfleetError, KeyError) as e:
         module.fail_json(msg=f"vllm_unit: {e}")
-    module.exit_json(changed=False, argv=argv, exec_start=exec_lines(argv), unit=unit,
-                     timeout_start_seconds=timeout, command_line=" ".join(shlex.quote(a) for a in argv))
+    module.exit_json(changed=False, argv=argv, exec_start=exec_start, unit=unit,
+                     timeout_start_seconds=timeout, command_line=" ".join(shlex.quote(a) for a in argv),
+                     cache_dir=env["HOME"], environment=env, environment_lines=env_lines)
 
 
 if __name__ == "__main__":

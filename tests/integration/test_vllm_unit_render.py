@@ -3,6 +3,7 @@ it, and its offline security exposure is within the goal (<= 4.0)."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -13,43 +14,29 @@ import pytest
 from tests.conftest import ROOT
 
 REV = "0123456789abcdef0123456789abcdef01234567"
-PLAY = """
-- hosts: localhost
-  gather_facts: false
-  tasks:
-    - ansible.builtin.include_vars: {root}/roles/vllm_service/defaults/main.yml
-    - ansible.builtin.set_fact:
-        vllm_service_profile: "{{{{ lookup('file', '{root}/profiles/kimi-k2.5-int4.yml') | from_yaml }}}}"
-        vllm_service_model_dir: /models/moonshotai--Kimi-K2.5/{rev}
-        vllm_service_revision: {rev}
-        vllm_service_devices: {devices}
-    - ansible.builtin.include_vars: {root}/roles/vllm_service/vars/main.yml
-    - vllm_unit:
-        python: /usr/bin/python3
-        model_dir: "{{{{ vllm_service_model_dir }}}}"
-        profile: "{{{{ vllm_service_profile }}}}"
-        plan: {{tensor_parallel_size: 8, expert_parallel: false}}
-        revision: {rev}
-        gpu_count: 8
-        model_bytes: 595148192736
-      register: __vllm_service_unit
-    - ansible.builtin.template:
-        src: {root}/roles/vllm_service/templates/vllm.service.j2
-        dest: {out}/modelfleet-vllm@kimi-k2.5.service
-        mode: "0644"
-"""
+
+
+def render(tmp_path, devices: str, template: str | None = None) -> str:
+    """The unit as the role renders it (scripts/device/render_unit.yml: role defaults and vars, vllm_unit)."""
+    out = tmp_path / f"modelfleet-vllm@kimi-k2.5-{devices}.service"
+    extra = {"render_root": str(ROOT), "render_out": str(out), "render_python": "/usr/bin/python3",
+             "render_devices": devices, "render_profile": str(ROOT / "profiles" / "kimi-k2.5-int4.yml"),
+             "render_gpu_count": 8, "render_model_dir": f"/models/moonshotai--Kimi-K2.5/{REV}",
+             "ansible_python_interpreter": sys.executable}
+    if template:
+        extra["render_template"] = template
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    r = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
+                        str(ROOT / "scripts" / "device" / "render_unit.yml"), "-e", json.dumps(extra)],
+                       capture_output=True, text=True, env=env)
+    assert r.returncode == 0, r.stdout[-3000:]
+    return out.read_text()
 
 
 @pytest.mark.parametrize("devices", ["nvidia", "cpu"])
 def test_rendered_unit_verifies_and_is_hardened(tmp_path, devices):
-    play = tmp_path / "render.yml"
-    play.write_text(PLAY.format(root=ROOT, rev=REV, out=tmp_path, devices=devices))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    r = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play),
-                        "-e", f"ansible_python_interpreter={sys.executable}"], capture_output=True, text=True, env=env)
-    assert r.returncode == 0, r.stdout[-3000:]
-    unit = tmp_path / "modelfleet-vllm@kimi-k2.5.service"
-    text = unit.read_text()
+    text = render(tmp_path, devices)
+    unit = tmp_path / f"modelfleet-vllm@kimi-k2.5-{devices}.service"
     assert f"--revision {REV}" in text and "--tool-call-parser kimi_k2" in text and "Restart=always" in text
     assert "TimeoutStartSec=775" in text  # 180 s + 595 GB at 1 GB/s
     assert "VLLM_API_KEY" not in text and "HF_TOKEN" not in text  # secrets only in the EnvironmentFile
@@ -61,3 +48,21 @@ def test_rendered_unit_verifies_and_is_hardened(tmp_path, devices):
     exposure = float(m.group(1))
     print(f"systemd-analyze security exposure ({devices}): {exposure}")
     assert exposure <= 4.0
+
+
+@pytest.mark.parametrize("devices", ["nvidia", "cpu"])
+def test_rendered_unit_points_every_cache_into_its_writable_folder(tmp_path, devices):
+    """Issue 27: every cache variable vLLM and its kernel libraries read is set by the rendered unit and lies in
+    a ReadWritePaths entry (the only writable place under ProtectSystem=strict and ProtectHome=yes)."""
+    from ansible.module_utils.modelfleet import unit_file
+    from ansible.module_utils.modelfleet.vllm_unit import CACHE_ENVIRONMENT, cache_problems
+
+    text = render(tmp_path, devices)
+    assert unit_file.last(text, "ProtectSystem") == "strict" and unit_file.last(text, "ProtectHome") == "yes"
+    writable = unit_file.path_list(text, "ReadWritePaths")
+    assert writable == ["/var/cache/modelfleet/vllm/kimi-k2.5"]
+    env = unit_file.environment(text)
+    for name, _, _ in CACHE_ENVIRONMENT:
+        assert unit_file.is_within(env[name], writable[0]), name
+    assert env["HOME"] == writable[0] == unit_file.last(text, "WorkingDirectory")
+    assert cache_problems(text) == []

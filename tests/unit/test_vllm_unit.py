@@ -80,3 +80,71 @@ def test_exec_lines_one_flag_per_line():
                         "--enable-auto-tool-choice", "--port", "8000"])
     assert lines == ["/v/bin/python -m vllm.entrypoints.openai.api_server", '--model "/m x"',
                      "--enable-auto-tool-choice", "--port 8000"]
+
+
+# --- the unit's environment: every run-time cache inside the one writable folder (issue 27) ---
+
+def test_cache_environment_covers_every_documented_cache_inside_the_folder():
+    from ansible.module_utils.modelfleet.unit_file import is_within
+    from ansible.module_utils.modelfleet.vllm_unit import CACHE_ENVIRONMENT, cache_environment
+
+    env = cache_environment("/var/cache/modelfleet/vllm/kimi-k2.5/")
+    names = [n for n, _, _ in CACHE_ENVIRONMENT]
+    for must in ("HOME", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT",
+                 "CUDA_CACHE_PATH", "FLASHINFER_WORKSPACE_BASE", "HF_HOME"):
+        assert must in names
+    assert list(env) == names and len(set(env.values())) == len(env)  # one folder each, none shared
+    assert env["HOME"] == "/var/cache/modelfleet/vllm/kimi-k2.5"
+    assert all(is_within(v, env["HOME"]) for v in env.values())
+
+
+@pytest.mark.parametrize("bad", ["relative/dir", "/", "//", "/var/cache/../etc", "/var/cache/x\nUser=root", ""])
+def test_cache_folder_refused(bad):
+    from ansible.module_utils.modelfleet.vllm_unit import cache_environment
+
+    with pytest.raises(ServeError, match="vllm_service_cache_root|cache folder"):
+        cache_environment(bad)
+
+
+def test_unit_environment_keeps_caches_and_refuses_unsafe_extras():
+    from ansible.module_utils.modelfleet.vllm_unit import unit_environment
+
+    env = unit_environment("/c/m", {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": 1, "X": True})
+    assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["X"] == "true" and env["HF_HUB_OFFLINE"] == "1"
+    for extra, match in [({"TRITON_CACHE_DIR": "/root/.triton"}, "TRITON_CACHE_DIR is set by modelfleet"),
+                         ({"HOME": "/root"}, "HOME is set by modelfleet"),
+                         ({"BAD-NAME": "1"}, "not a variable name"),
+                         ({"1X": "1"}, "not a variable name"),
+                         ({"A": "x\nUser=root"}, "A contains a newline"),
+                         ({"A": "x\rB"}, "carriage return"),
+                         ({"A": "x\0"}, "NUL"),
+                         ({"A": {"nested": 1}}, "string or a number")]:
+        with pytest.raises(ServeError, match=match):
+            unit_environment("/c/m", extra)
+
+
+@pytest.mark.parametrize("value", ["plain", "with space", 'say "hi"', "it's", "back\\slash", "50%", "$HOME",
+                                   "tab\there", "a=b=c", ""])
+def test_environment_assignment_reads_back_as_written(value):
+    """What systemd reads back from the rendered Environment= word is exactly the value given."""
+    from ansible.module_utils.modelfleet import unit_file
+    from ansible.module_utils.modelfleet.vllm_unit import environment_assignment
+
+    line = environment_assignment("K", value)
+    assert "\n" not in line
+    assert unit_file.environment(f"[Service]\nEnvironment={line}\n") == {"K": value}
+
+
+def test_cache_problems_catch_the_unit_before_the_fix(fixtures_dir):
+    """The unit that failed on the H200 (HOME read-only, no Triton cache variable) is caught; the one after
+    the fix is clean. Both were rendered by the role's template on the GPU machine."""
+    from ansible.module_utils.modelfleet.vllm_unit import CACHE_ENVIRONMENT, cache_problems
+
+    d = fixtures_dir / "device" / "h200-unit-cache-check"
+    before = cache_problems((d / "unit-before.service").read_text())
+    assert any(p.startswith("TRITON_CACHE_DIR is not set") for p in before)
+    assert any(p.startswith("HOME is not set") for p in before)
+    assert cache_problems((d / "unit-after.service").read_text()) == []
+    moved = (d / "unit-after.service").read_text().replace("ReadWritePaths=/var/cache/modelfleet/vllm/kimi-k2.5",
+                                                           "ReadWritePaths=/var/cache/modelfleet/vllm/other")
+    assert len(cache_problems(moved)) == len(CACHE_ENVIRONMENT)  # every variable now outside the writable folder

@@ -7,8 +7,10 @@ the unit name, timeouts and environment; every bad input is a ServeError naming 
 from __future__ import annotations
 
 import ipaddress
+import posixpath
 import re
 
+from ansible.module_utils.modelfleet import unit_file
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 
 HEX40 = re.compile(r"^[0-9a-f]{40}$")
@@ -81,8 +83,105 @@ def start_timeout_seconds(model_bytes: int, load_bytes_per_s: float, base_second
     return int(base_seconds + model_bytes / load_bytes_per_s)
 
 
+# Every cache that vLLM or a kernel library it loads writes at run time, as (variable, folder under the unit's
+# writable cache folder, who writes there). The unit's sandbox (ProtectSystem=strict, ProtectHome=yes) leaves
+# only that folder writable, and each of these defaults to somewhere under $HOME or /tmp otherwise: on a GPU
+# the first Triton kernel failed with EROFS on ~/.triton (reproduced on an H200, scripts/device/). This table
+# is the one place that says where they go; the unit template renders it, the warm-restart work keys it.
+CACHE_ENVIRONMENT: tuple[tuple[str, str, str], ...] = (
+    ("HOME", "", "anything that falls back to ~ (~/.triton, ~/.nv/ComputeCache, ~/.cache, ~/.config)"),
+    ("XDG_CACHE_HOME", "xdg-cache", "libraries that follow the XDG base directories"),
+    ("XDG_CONFIG_HOME", "xdg-config", "libraries that write settings under ~/.config"),
+    ("HF_HOME", "hf", "huggingface_hub (offline here: tokenizer and config reads, no downloads)"),
+    ("VLLM_CACHE_ROOT", "vllm", "vLLM: torch.compile artefacts, CUDA-graph and kernel tuning caches"),
+    ("VLLM_CONFIG_ROOT", "vllm-config", "vLLM's config root"),
+    ("TRITON_HOME", "triton", "Triton >= 3.2: base of its cache, dump and override folders"),
+    ("TRITON_CACHE_DIR", "triton/cache", "Triton JIT kernels (fused MoE and others), also before torch.compile"),
+    ("TORCHINDUCTOR_CACHE_DIR", "torchinductor", "torch.compile (inductor), default /tmp/torchinductor_<user>"),
+    ("TORCH_EXTENSIONS_DIR", "torch-extensions", "torch.utils.cpp_extension JIT builds"),
+    ("CUDA_CACHE_PATH", "cuda-compute-cache", "the CUDA driver's PTX JIT cache (~/.nv/ComputeCache)"),
+    ("FLASHINFER_WORKSPACE_BASE", "flashinfer", "FlashInfer JIT modules and cubins (<base>/.cache/flashinfer)"),
+    ("DG_JIT_CACHE_DIR", "deep-gemm", "DeepGEMM FP8 kernels (~/.deep_gemm)"),
+    ("CUPY_CACHE_DIR", "cupy", "CuPy kernels (~/.cupy/kernel_cache)"),
+    ("NUMBA_CACHE_DIR", "numba", "Numba's on-disk cache"),
+    ("OUTLINES_CACHE_DIR", "outlines", "structured output grammars (outlines)"),
+)
+# Set for every server, after the caches: offline serving, no telemetry.
+FIXED_ENVIRONMENT: tuple[tuple[str, str], ...] = (
+    ("HF_HUB_OFFLINE", "1"),
+    ("VLLM_NO_USAGE_STATS", "1"),
+    ("DO_NOT_TRACK", "1"),
+)
+ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+UNSAFE_CHARS = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL byte"}
+
+
+def cache_environment(cache_dir: str) -> dict[str, str]:
+    """The cache variables, each pointing into `cache_dir` (the unit's only writable folder)."""
+    if not isinstance(cache_dir, str) or not posixpath.isabs(cache_dir) or posixpath.normpath(cache_dir) in ("/", "//"):
+        raise ServeError(f"cache folder {cache_dir!r} must be an absolute path below / (vllm_service_cache_root)")
+    if ".." in cache_dir.split("/"):
+        raise ServeError(f"cache folder {cache_dir!r} must not contain '..' (vllm_service_cache_root)")
+    _refuse_unsafe("vllm_service_cache_root", cache_dir)
+    base = posixpath.normpath(cache_dir)
+    return {name: posixpath.join(base, sub) if sub else base for name, sub, _ in CACHE_ENVIRONMENT}
+
+
+def _refuse_unsafe(what: str, value: str) -> None:
+    for ch, name in UNSAFE_CHARS.items():
+        if ch in value:
+            raise ServeError(f"{what} contains {name}; a unit value must be one line (remove it)")
+
+
+def unit_environment(cache_dir: str, extra: dict | None = None) -> dict[str, str]:
+    """Every variable the unit sets with Environment=, in order: caches, fixed settings, then `extra`
+    (vllm_service_environment), which may not move a cache out of the writable folder."""
+    env = cache_environment(cache_dir)
+    env.update(FIXED_ENVIRONMENT)
+    for key, value in (extra or {}).items():
+        if not isinstance(key, str) or not ENV_KEY.match(key):
+            raise ServeError(f"vllm_service_environment: {key!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        if key in env:
+            raise ServeError(f"vllm_service_environment: {key} is set by modelfleet (the unit's caches and offline "
+                             "settings live in its writable cache folder); remove it from vllm_service_environment")
+        if isinstance(value, (dict, list)) or value is None:
+            raise ServeError(f"vllm_service_environment: {key} must be a string or a number, got "
+                             f"{type(value).__name__}")
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        _refuse_unsafe(f"vllm_service_environment: {key}", text)
+        env[key] = text
+    return env
+
+
+def cache_problems(unit_text: str) -> list[str]:
+    """What in a rendered unit would make a run-time cache write fail in its sandbox: a cache variable that
+    is unset or points outside every ReadWritePaths entry. Empty when every cache is writable."""
+    env = unit_file.environment(unit_text)
+    writable = unit_file.path_list(unit_text, "ReadWritePaths")
+    problems = []
+    for name, _, who in CACHE_ENVIRONMENT:
+        if name not in env:
+            problems.append(f"{name} is not set: {who} would write under the service user's home or /tmp")
+        elif not any(unit_file.is_within(env[name], w) for w in writable):
+            problems.append(f"{name}={env[name]} is outside ReadWritePaths {writable}")
+    return problems
+
+
+def environment_assignment(key: str, value: str) -> str:
+    """One Environment= value by systemd's rules: specifiers (%) escaped, C escapes and quotes escaped, the
+    whole assignment double-quoted when it holds blanks or quotes. `$` is literal in Environment=."""
+    if not ENV_KEY.match(key):
+        raise ServeError(f"{key!r} is not an environment variable name")
+    _refuse_unsafe(key, value)
+    a = f"{key}={value}".replace("%", "%%")
+    if re.search(r"[\s\"'\\]", a):
+        a = '"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return a
+
+
 def systemd_quote(arg: str) -> str:
     """Quote one ExecStart argument for systemd (spaces, quotes, specifiers and variables)."""
+    _refuse_unsafe(f"server argument {arg!r}", arg)
     a = arg.replace("%", "%%").replace("$", "$$")
     if re.search(r"[\s\"'\\;]", a):
         a = '"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"'
