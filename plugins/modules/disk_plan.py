@@ -63,6 +63,13 @@ options:
     description: Explicit entries not needed to cover the shortfall are deferred until after verification.
     type: bool
     default: true
+  read_units:
+    description:
+      - Read the host's live services (active, activating, reloading, auto-restart) to protect every model
+        folder they reference. When systemd cannot be read the module fails; false is the explicit opt-out
+        (running processes with files, maps, command line or mounts under the root are protected either way).
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -89,10 +96,8 @@ plan:
   type: dict
 """
 
-import os
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.disk import list_model_dirs, measure_fs, model_dirs_of_active_units, plan_disk
+from ansible.module_utils.modelfleet.disk import plan_host
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 from ansible.module_utils.modelfleet.units import parse_size
 
@@ -110,33 +115,22 @@ def main():
             "deploying": {"type": "list", "elements": "path", "default": []},
             "present_bytes": {"type": "int", "default": 0},
             "defer_explicit": {"type": "bool", "default": True},
+            "read_units": {"type": "bool", "default": True},
         },
         supports_check_mode=True,
     )
     p = module.params
-    root = p["root"]
-    if not os.path.exists(root):
-        module.fail_json(msg=f"models root {root} does not exist; create it or set the right root")
-    if not os.path.isdir(root):
-        module.fail_json(msg=f"models root {root} is not a directory")
     try:
         required = parse_size(p["required_bytes"])
     except ValueError as e:
-        module.fail_json(msg=f"required_bytes: {e}")
+        module.fail_json(msg=f"disk_plan: required_bytes: {e}")
     try:
-        fs = measure_fs(root)
-        units = model_dirs_of_active_units()
-        plan = plan_disk(root=root, free_bytes=fs["free_bytes"], total_bytes=fs["total_bytes"],
-                         required_bytes=required, candidates=list_model_dirs(root),
-                         headroom_bytes=p["headroom_bytes"], headroom_percent=p["headroom_percent"],
-                         explicit=tuple(p["explicit"]), protected=tuple(p["protected"]),
-                         in_use=tuple(p["in_use"]) + tuple(u["model"] for u in units),
-                         deploying=tuple(p["deploying"]), present_bytes=p["present_bytes"],
-                         defer_explicit=p["defer_explicit"])
+        plan = plan_host(root=p["root"], required_bytes=required, headroom_bytes=p["headroom_bytes"],
+                         headroom_percent=p["headroom_percent"], explicit=p["explicit"], protected=p["protected"],
+                         in_use=p["in_use"], deploying=p["deploying"], present_bytes=p["present_bytes"],
+                         defer_explicit=p["defer_explicit"], read_units=p["read_units"])
     except ModelfleetError as e:
-        module.fail_json(msg=str(e))
-    plan["filesystem"] = fs
-    plan["active_units"] = units
+        module.fail_json(msg=f"disk_plan: {e}")
     module.exit_json(changed=False, plan=plan)
 
 

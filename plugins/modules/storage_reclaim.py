@@ -36,6 +36,12 @@ options:
   lock_path: {description: The host-wide lock file., type: path, default: /run/lock/modelfleet-storage.lock}
   lock_wait_seconds: {description: How long to wait for another run's lock., type: float, default: 0}
   run_id: {description: Identifies this run in the lock and the log., type: str, default: ""}
+  read_units:
+    description:
+      - Read the host's live services to protect every model folder they reference; when systemd cannot be
+        read the module fails (false is the explicit opt-out). Running processes are always read.
+    type: bool
+    default: true
 attributes:
   check_mode:
     support: full
@@ -70,11 +76,10 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.disk import (
     HostLock,
+    check_models_root,
     delete_model_dir,
-    list_model_dirs,
     measure_fs,
-    model_dirs_of_active_units,
-    plan_disk,
+    plan_host,
     purge_trash,
 )
 from ansible.module_utils.modelfleet.errors import ModelfleetError
@@ -105,51 +110,52 @@ def main():
         "lock_path": {"type": "path", "default": "/run/lock/modelfleet-storage.lock"},
         "lock_wait_seconds": {"type": "float", "default": 0},
         "run_id": {"type": "str", "default": ""},
+        "read_units": {"type": "bool", "default": True},
     }
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
     p = module.params
-    root = p["root"]
-    if not os.path.exists(root):
-        module.fail_json(msg=f"models root {root} does not exist; create it or set the right root")
-    if not os.path.isdir(root):
-        module.fail_json(msg=f"models root {root} is not a directory")
     try:
         required = parse_size(p["required_bytes"])
+        root = check_models_root(p["root"], "storage_reclaim: root")
+        if not os.path.isdir(root):
+            raise ModelfleetError(f"storage_reclaim: models root {p['root']} does not exist or is not a folder; "
+                                  f"create it (mkdir -p {root}) or set the right root")
     except ValueError as e:
-        module.fail_json(msg=f"required_bytes: {e}")
+        module.fail_json(msg=f"storage_reclaim: required_bytes: {e}")
+    except ModelfleetError as e:
+        module.fail_json(msg=str(e))
     deleted = []
+    todo = []
     try:
         with HostLock(p["lock_path"], owner=p["run_id"], wait_seconds=p["lock_wait_seconds"]):
             if not module.check_mode:
                 purge_trash(root)
-            fs = measure_fs(root)
-            units = model_dirs_of_active_units()
-            candidates = list_model_dirs(root)
-            before = sorted(c["path"] for c in candidates)
             remove_all = p["mode"] == "remove_explicit"
-            plan = plan_disk(root=root, free_bytes=fs["free_bytes"], total_bytes=fs["total_bytes"],
-                             required_bytes=0 if remove_all else required, candidates=candidates,
+            plan = plan_host(root=root, required_bytes=0 if remove_all else required,
                              headroom_bytes=0 if remove_all else p["headroom_bytes"],
                              headroom_percent=0.0 if remove_all else p["headroom_percent"],
-                             explicit=tuple(p["explicit"]), protected=tuple(p["protected"]),
-                             in_use=tuple(p["in_use"]) + tuple(u["model"] for u in units),
-                             deploying=tuple(p["deploying"]), present_bytes=p["present_bytes"])
-            plan["filesystem"], plan["active_units"] = fs, units
+                             explicit=p["explicit"], protected=p["protected"], in_use=p["in_use"],
+                             deploying=p["deploying"], present_bytes=p["present_bytes"],
+                             fallback=() if remove_all else p["fallback"], read_units=p["read_units"])
+            fs = plan["filesystem"]
+            before = sorted(plan["candidates"])
             todo = plan["delete_after_verify"] if remove_all else plan["delete"]
             if not remove_all and not plan["feasible"]:
-                module.fail_json(msg=plan["message"], plan=plan, deleted=[])
-            fallbacks = {os.path.realpath(f) for f in p["fallback"]}
-            early = [d["path"] for d in todo if os.path.realpath(d["path"]) in fallbacks]
+                module.fail_json(msg=f"storage_reclaim: {plan['message']}. Nothing was deleted.", plan=plan,
+                                 deleted=[])
+            early = plan["fallback_deleted_early"]
             if early and not remove_all and not p["allow_delete_fallback"]:
                 module.fail_json(
-                    msg=(f"space does not allow keeping the fallback until the new model is verified: covering the "
-                         f"shortfall of {fmt_bytes(plan['shortfall_bytes'])} means deleting {', '.join(early)} first. "
-                         "Set allow_delete_fallback (storage_cleanup_allow_delete_fallback: true) to accept that, or "
+                    msg=(f"storage_reclaim: space does not allow keeping the fallback until the new model is "
+                         f"verified: no deletion of other models covers the shortfall of "
+                         f"{fmt_bytes(plan['shortfall_bytes'])}, only deleting {', '.join(early)} first does. Set "
+                         "allow_delete_fallback (storage_cleanup_allow_delete_fallback: true) to accept that, or "
                          "free space elsewhere. Nothing was deleted."),
                     plan=plan, deleted=[])
             if not module.check_mode:
                 for d in todo:
-                    freed = delete_model_dir(root, d["path"])
+                    expect = (d["dev"], d["ino"]) if d.get("dev") is not None else None
+                    freed = delete_model_dir(root, d["path"], expect=expect)
                     rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "path": d["path"],
                            "bytes": freed, "mode": p["mode"], "run_id": p["run_id"], "host_pid": os.getpid()}
                     _log(p["log_path"], rec)

@@ -25,6 +25,12 @@ options:
   revision: {description: The model's 40-hex commit., type: str}
   gpu_count: {description: GPUs on the host (0 on CPU hosts)., type: int}
   api_key_set: {description: Whether an API key will be configured., type: bool, default: false}
+  api_key:
+    description:
+      - The API key, checked only (never returned) - one line of printable ASCII without blanks, quotes,
+        backslash or '$', so the environment file holds exactly one literal assignment.
+    type: str
+    default: ""
   model_bytes: {description: Model size, for the start timeout., type: int, default: 0}
   load_bytes_per_s: {description: Expected load rate., type: float, default: 1000000000}
   base_seconds: {description: Start-up time besides loading., type: int, default: 180}
@@ -65,6 +71,8 @@ command_line: {description: The command as one shell-readable line (shown in che
 cache_dir: {description: The writable cache folder, normalised (ReadWritePaths and WorkingDirectory)., returned: success, type: str}
 environment: {description: Every variable the unit sets, in order., returned: success, type: dict}
 environment_lines: {description: The Environment= values, quoted by systemd's rules., returned: success, type: list, elements: str}
+read_only_paths: {description: The ReadOnlyPaths= value (the model folder, quoted by systemd's rules)., returned: success, type: str}
+read_write_paths: {description: The ReadWritePaths= value (the cache folder)., returned: success, type: str}
 """
 
 import shlex
@@ -72,8 +80,10 @@ import shlex
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 from ansible.module_utils.modelfleet.vllm_unit import (
+    check_api_key,
     environment_assignment,
     exec_lines,
+    path_setting,
     server_argv,
     start_timeout_seconds,
     unit_environment,
@@ -93,6 +103,7 @@ def main():
             "revision": {"type": "str"},
             "gpu_count": {"type": "int"},
             "api_key_set": {"type": "bool", "default": False},
+            "api_key": {"type": "str", "default": "", "no_log": True},
             "model_bytes": {"type": "int", "default": 0},
             "load_bytes_per_s": {"type": "float", "default": 1e9},
             "base_seconds": {"type": "int", "default": 180},
@@ -108,14 +119,18 @@ def main():
                            api_key_set=p["api_key_set"])
         unit = unit_name(p["profile"]["served_model_name"])
         timeout = start_timeout_seconds(p["model_bytes"], p["load_bytes_per_s"], p["base_seconds"])
+        check_api_key(p["api_key"])
         env = unit_environment(p["cache_dir"], p["extra_environment"])
         env_lines = [environment_assignment(k, v) for k, v in env.items()]
         exec_start = exec_lines(argv)
+        ro_paths = path_setting(p["model_dir"], "model folder")
+        rw_paths = path_setting(env["HOME"], "cache folder")
     except (ModelfleetError, KeyError) as e:
         module.fail_json(msg=f"vllm_unit: {e}")
     module.exit_json(changed=False, argv=argv, exec_start=exec_start, unit=unit,
                      timeout_start_seconds=timeout, command_line=" ".join(shlex.quote(a) for a in argv),
-                     cache_dir=env["HOME"], environment=env, environment_lines=env_lines)
+                     cache_dir=env["HOME"], environment=env, environment_lines=env_lines,
+                     read_only_paths=ro_paths, read_write_paths=rw_paths)
 
 
 if __name__ == "__main__":

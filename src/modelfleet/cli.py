@@ -102,28 +102,18 @@ def cmd_plan(a) -> int:
 
 
 def cmd_plan_disk(a) -> int:
-    import os
-
-    from ansible.module_utils.modelfleet.disk import list_model_dirs, measure_fs, model_dirs_of_active_units, plan_disk
+    from ansible.module_utils.modelfleet.disk import plan_host
     from ansible.module_utils.modelfleet.units import fmt_bytes, parse_size
 
-    if not os.path.exists(a.root):
-        raise ModelfleetError(f"--root {a.root} does not exist")
-    if not os.path.isdir(a.root):
-        raise ModelfleetError(f"--root {a.root} is not a directory")
     try:
         need = parse_size(a.need_bytes)
         headroom = parse_size(a.headroom_bytes)
     except ValueError as e:
         raise ModelfleetError(f"--need-bytes/--headroom-bytes: {e}") from None
-    fs = measure_fs(a.root)
-    units = model_dirs_of_active_units() if not a.no_units else []
-    plan = plan_disk(root=a.root, free_bytes=fs["free_bytes"], total_bytes=fs["total_bytes"], required_bytes=need,
-                     candidates=list_model_dirs(a.root), headroom_bytes=headroom,
-                     headroom_percent=a.headroom_percent, explicit=tuple(a.delete), protected=tuple(a.protect),
-                     in_use=tuple(a.in_use) + tuple(u["model"] for u in units), deploying=tuple(a.deploying))
-    plan["filesystem"] = fs
-    plan["active_units"] = units
+    plan = plan_host(root=a.root, required_bytes=need, headroom_bytes=headroom, headroom_percent=a.headroom_percent,
+                     explicit=tuple(a.delete), protected=tuple(a.protect), in_use=tuple(a.in_use),
+                     deploying=tuple(a.deploying), read_units=not a.no_units)
+    fs = plan["filesystem"]
 
     def human(p):
         print(f"models root {p['root']} ({fs['source']}): free {fmt_bytes(p['free_bytes'])} of "
@@ -136,6 +126,10 @@ def cmd_plan_disk(a) -> int:
             print(f"  delete after the new model is verified: {d['path']}  frees {fmt_bytes(d['bytes'])}")
         for r in p["refused"]:
             print(f"  never: {r['path']} ({r['reason']})")
+        for u in p["in_use"]:
+            print(f"  in use: {u['path']} ({u['kind']} {u['name']})")
+        if not p["units_read"]:
+            print("  (the host's services were not read: --no-units)")
         print(p["message"])
 
     _emit(plan, a.json, human)
@@ -397,7 +391,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--protect", action="append", default=[], metavar="PATH")
     p.add_argument("--in-use", action="append", default=[], metavar="PATH")
     p.add_argument("--deploying", action="append", default=[], metavar="PATH")
-    p.add_argument("--no-units", action="store_true", help="do not read active systemd units")
+    p.add_argument("--no-units", action="store_true",
+                   help="do not read the host's services (the explicit opt-out: without it a plan fails when "
+                        "systemd cannot be read)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan_disk)
 

@@ -56,7 +56,9 @@ def _free(path) -> int:
 def base(models, tmp_path, **kw):
     root = models
     a = {"root": str(root), "log_path": str(tmp_path / "log.jsonl"), "lock_path": str(tmp_path / "lock"),
-         "explicit": [str(root / "org--fallback" / ("a" * 40))], "fallback": [str(root / "org--fallback" / ("a" * 40))]}
+         "explicit": [str(root / "org--fallback" / ("a" * 40))], "fallback": [str(root / "org--fallback" / ("a" * 40))],
+         # this machine has no systemd as PID 1: the explicit opt-out (test_unreadable_units_fail_closed below)
+         "read_units": False}
     a.update({k: str(v) if k == "root" else v for k, v in kw.items()})
     return a
 
@@ -115,4 +117,17 @@ def test_root_not_a_directory(tmp_path):
     f = tmp_path / "file"
     f.write_text("x")
     rc, res = run_module({"root": str(f), "required_bytes": 1, "lock_path": str(tmp_path / "l")})
-    assert rc != 0 and "is not a directory" in res["msg"]
+    assert rc != 0 and "is not a folder" in res["msg"] and "set the right root" in res["msg"]
+
+
+def test_unreadable_units_fail_closed(root, tmp_path):
+    """systemctl cannot be read here (no systemd as PID 1): without the explicit opt-out the module fails,
+    names the problem and the fix, and deletes nothing - even with a shortfall only a deletion covers."""
+    before = sorted(p.relative_to(root) for p in root.rglob("*"))
+    args = base(root, tmp_path, required_bytes=15 * 2**20)
+    del args["read_units"]
+    rc, res = run_module(args)
+    assert rc != 0 and res["failed"]
+    assert "cannot read the host's services" in res["msg"] and "storage_cleanup_read_units: false" in res["msg"]
+    assert "Traceback" not in json.dumps(res)
+    assert sorted(p.relative_to(root) for p in root.rglob("*")) == before

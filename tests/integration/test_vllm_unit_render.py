@@ -16,7 +16,7 @@ from tests.conftest import ROOT
 REV = "0123456789abcdef0123456789abcdef01234567"
 
 
-def render(tmp_path, devices: str, template: str | None = None) -> str:
+def render(tmp_path, devices: str, template: str | None = None, expect_ok: bool = True, **more) -> str:
     """The unit as the role renders it (scripts/device/render_unit.yml: role defaults and vars, vllm_unit)."""
     out = tmp_path / f"modelfleet-vllm@kimi-k2.5-{devices}.service"
     extra = {"render_root": str(ROOT), "render_out": str(out), "render_python": "/usr/bin/python3",
@@ -25,10 +25,14 @@ def render(tmp_path, devices: str, template: str | None = None) -> str:
              "ansible_python_interpreter": sys.executable}
     if template:
         extra["render_template"] = template
+    extra.update(more)
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     r = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local",
                         str(ROOT / "scripts" / "device" / "render_unit.yml"), "-e", json.dumps(extra)],
                        capture_output=True, text=True, env=env)
+    if not expect_ok:
+        assert r.returncode != 0 and not out.exists(), r.stdout[-3000:]
+        return r.stdout + r.stderr
     assert r.returncode == 0, r.stdout[-3000:]
     return out.read_text()
 
@@ -66,3 +70,18 @@ def test_rendered_unit_points_every_cache_into_its_writable_folder(tmp_path, dev
         assert unit_file.is_within(env[name], writable[0]), name
     assert env["HOME"] == writable[0] == unit_file.last(text, "WorkingDirectory")
     assert cache_problems(text) == []
+
+
+@pytest.mark.parametrize("more,needle", [
+    ({"vllm_service_environment": {"A": "x\nUser=root\nExecStartPre=+/bin/sh -c id"}}, "A contains a newline"),
+    ({"vllm_service_environment": {"BAD-KEY": "1"}}, "is not a variable name"),
+    ({"vllm_service_environment": {"TRITON_CACHE_DIR": "/root/.triton"}}, "TRITON_CACHE_DIR is set by modelfleet"),
+    ({"vllm_service_api_key": "k\nHF_TOKEN=leak"}, "vllm_service_api_key contains a newline"),
+    ({"vllm_service_cache_root": "/var/cache/x\nUser=root"}, "contains a newline"),
+    ({"render_model_dir": "/models/x\nUser=root"}, "newline"),
+])
+def test_unsafe_values_are_refused_before_anything_is_written(tmp_path, more, needle):
+    """Issue 19: a newline (or a bad name) in a rendered value fails the computation step, by name, and no
+    unit file is written (the role's later tasks - stop, install, start - never run)."""
+    out = render(tmp_path, "nvidia", expect_ok=False, **more)
+    assert needle in out and "Traceback" not in out

@@ -43,7 +43,8 @@ def trees(draw):
         elif kind == "root":
             name = f"{ROOT}/m{i}/.."
         cands.append({"path": name, "allocated_bytes": draw(st.integers(0, 800 * GB)),
-                      "last_used": draw(st.floats(0, 1e9)), "symlink": kind.startswith("link")})
+                      "last_used": draw(st.floats(0, 1e9)), "symlink": kind.startswith("link"),
+                      "model": draw(st.sampled_from([True, True, True, False]))})
     for c in cands:
         c["exclusive_allocated_bytes"] = c["allocated_bytes"]
     paths = [c["path"] for c in cands]
@@ -51,9 +52,10 @@ def trees(draw):
     in_use = draw(st.lists(st.sampled_from(paths), max_size=3)) if paths else []
     deploying = draw(st.lists(st.sampled_from(paths), max_size=1)) if paths else []
     explicit = draw(st.lists(st.sampled_from(paths + [f"{ROOT}/absent", "/etc"]), max_size=4))
+    keep = draw(st.lists(st.sampled_from(paths), max_size=2)) if paths else []
     free = draw(st.integers(0, 2000 * GB))
     required = draw(st.integers(0, 1500 * GB))
-    return dict(cands=cands, links=links, protected=protected, in_use=in_use, deploying=deploying,
+    return dict(cands=cands, links=links, protected=protected, in_use=in_use, deploying=deploying, keep=keep,
                 explicit=explicit, free=free, required=required,
                 headroom=draw(st.integers(0, 100 * GB)), pct=draw(st.floats(0, 20)))
 
@@ -79,13 +81,16 @@ def test_no_plan_ever_deletes_a_forbidden_path(t):
     plan = plan_disk(root=ROOT, free_bytes=t["free"], total_bytes=2000 * GB, required_bytes=t["required"],
                      candidates=t["cands"], headroom_bytes=t["headroom"], headroom_percent=t["pct"],
                      explicit=tuple(t["explicit"]), protected=tuple(protected), in_use=tuple(t["in_use"]),
-                     deploying=tuple(t["deploying"]), realpath=rp)
+                     deploying=tuple(t["deploying"]), keep_until_verified=tuple(t["keep"]), realpath=rp)
     forbidden = [rp(p) for p in protected + t["in_use"] + t["deploying"]]
     by_path = {c["path"]: c for c in t["cands"]}
+    for d in plan["delete"]:  # a fallback is never deleted before the new model is verified
+        assert not any(_inside(rp(d["path"]), rp(k)) or _inside(rp(k), rp(d["path"])) for k in t["keep"]), d
     for d in plan["delete"] + plan["delete_after_verify"]:
         r = rp(d["path"])
         assert _inside(r, ROOT) and r != ROOT, d
         assert not by_path[d["path"]]["symlink"]
+        assert by_path[d["path"]]["model"] is True, d  # never a folder that is not a model
         for f in forbidden:
             assert not _inside(r, f) and not _inside(f, r), (d, f)
     if plan["feasible"]:
@@ -102,17 +107,17 @@ def test_the_seeds_case():
     unit), 595 GB needed, the user asks to free the NVFP4 model."""
     total, used = 1700 * GB, 755 * GB
     nvfp4 = {"path": "/models/Kimi-K2.5-NVFP4", "allocated_bytes": 540 * GB, "exclusive_allocated_bytes": 540 * GB,
-             "last_used": 100.0}
+             "last_used": 100.0, "model": True}
     minimax = {"path": "/models/MiniMax-M2.5", "allocated_bytes": 215 * GB, "exclusive_allocated_bytes": 215 * GB,
-               "last_used": 50.0}
+               "last_used": 50.0, "model": True}
     common = dict(root="/models", free_bytes=total - used, total_bytes=total, required_bytes=595 * GB,
                   candidates=[nvfp4, minimax], explicit=("/models/Kimi-K2.5-NVFP4",),
                   in_use=("/models/MiniMax-M2.5",), realpath=lambda p: p)
     plan = plan_disk(**common, headroom_percent=5)
     # space allows (945 GB free >= 595 + 85 GB headroom): the fallback stays until the new model is verified
     assert plan["shortfall_bytes"] == 0 and plan["delete"] == []
-    assert plan["delete_after_verify"] == [{"path": "/models/Kimi-K2.5-NVFP4", "bytes": 540 * GB}]
-    assert {"path": "/models/MiniMax-M2.5", "reason": "in use by an active unit"} in plan["refused"]
+    assert [(d["path"], d["bytes"]) for d in plan["delete_after_verify"]] == [("/models/Kimi-K2.5-NVFP4", 540 * GB)]
+    assert {"path": "/models/MiniMax-M2.5", "reason": "in use by a live unit or a running process"} in plan["refused"]
     # after fetching and removing the fallback: 945 + 540 - 595 = 890 GB = 828.9 GiB
     assert plan["free_after_verify_cleanup_bytes"] == 890 * GB
     assert plan["figures"]["free_after_verify_cleanup"] == {"bytes": 890 * GB, "gb": 890.0, "gib": 828.877}
@@ -126,7 +131,8 @@ def test_the_seeds_case():
 
 
 def test_infeasible_plan_deletes_nothing():
-    c = [{"path": "/models/a", "allocated_bytes": 10 * GB, "exclusive_allocated_bytes": 10 * GB, "last_used": 1.0}]
+    c = [{"path": "/models/a", "allocated_bytes": 10 * GB, "exclusive_allocated_bytes": 10 * GB, "last_used": 1.0,
+          "model": True}]
     plan = plan_disk(root="/models", free_bytes=5 * GB, total_bytes=100 * GB, required_bytes=50 * GB, candidates=c,
                      realpath=lambda p: p)
     assert not plan["feasible"] and plan["delete"] == [] and plan["would_delete_if_feasible"]
@@ -135,7 +141,7 @@ def test_infeasible_plan_deletes_nothing():
 
 def test_lru_order_and_partial_download_counts_by_blocks():
     c = [{"path": f"/models/m{i}", "allocated_bytes": 10 * GB, "exclusive_allocated_bytes": 10 * GB,
-          "last_used": float(t)} for i, t in enumerate([30, 10, 20])]
+          "last_used": float(t), "model": True} for i, t in enumerate([30, 10, 20])]
     plan = plan_disk(root="/models", free_bytes=0, total_bytes=100 * GB, required_bytes=25 * GB, candidates=c,
                      present_bytes=10 * GB, realpath=lambda p: p)
     assert [d["path"] for d in plan["delete"]] == ["/models/m1", "/models/m2"]  # oldest first, 15 GB needed
@@ -187,6 +193,14 @@ def test_real_tree_measurements(private_fs):
     units = {os.path.relpath(x["path"], root): x for x in list_model_dirs(str(root))}
     assert set(units) == {"org--model/" + "a" * 40, "handplaced", "escape"}
     assert units["escape"]["symlink"] and units["escape"]["resolved"] == "/etc"
+    # neither has config.json + weights nor modelfleet's marker: listed, never a model
+    assert not units["escape"]["model"] and not units["handplaced"]["model"]
+    assert not units["org--model/" + "a" * 40]["model"]  # weights without a config.json
+    (m / "config.json").write_text("{}")
+    (root / "handplaced" / "config.json").write_text("{}")
+    units = {os.path.relpath(x["path"], root): x for x in list_model_dirs(str(root))}
+    assert units["org--model/" + "a" * 40]["model"] and units["handplaced"]["model"]
+    assert units["handplaced"]["evidence"].startswith("checkpoint")
     fs = measure_fs(str(root))
     st = os.statvfs(root)
     assert fs["free_bytes"] == st.f_bavail * st.f_frsize and fs["source"] == "statvfs f_bavail"

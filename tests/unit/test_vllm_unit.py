@@ -148,3 +148,47 @@ def test_cache_problems_catch_the_unit_before_the_fix(fixtures_dir):
     moved = (d / "unit-after.service").read_text().replace("ReadWritePaths=/var/cache/modelfleet/vllm/kimi-k2.5",
                                                            "ReadWritePaths=/var/cache/modelfleet/vllm/other")
     assert len(cache_problems(moved)) == len(CACHE_ENVIRONMENT)  # every variable now outside the writable folder
+
+
+# --- issue 19: only safe values reach the unit or the environment file ---
+
+@pytest.mark.parametrize("key,needle", [("k\nHF_TOKEN=x", "a newline"), ("k\r", "carriage return"),
+                                        ("a b", "a blank"), ('k"', "'\"'"), ("k\\", "'\\\\\\\\'"), ("$HOME", "'\\$'"),
+                                        ("#k", "comment"), ("k\x00", "NUL")])
+def test_api_key_refused_when_it_would_not_be_one_literal_assignment(key, needle):
+    from ansible.module_utils.modelfleet.vllm_unit import check_api_key
+
+    with pytest.raises(ServeError, match=f"vllm_service_api_key.*{needle}|{needle}.*vllm_service_api_key"):
+        check_api_key(key)
+    check_api_key("sk-" + "0123456789abcdef" * 4)  # a usual key passes
+
+
+@pytest.mark.parametrize("name", ["kimi\n", "kimi\nUser=root", "a" * 64, "-x", "a b", "a%b"])
+def test_served_names_with_a_trailing_newline_or_junk_refused(name):
+    with pytest.raises(ServeError, match="served model name"):
+        unit_name(name)
+
+
+def test_revision_with_a_trailing_newline_is_not_a_commit():
+    args = dict(python="p", model_dir="/m", profile=KIMI, plan=PLAN, host="127.0.0.1", port=8000, revision=REV + "\n")
+    with pytest.raises(ServeError, match="40-hex"):
+        server_argv(**args)
+
+
+@pytest.mark.parametrize("path,word", [("/models/a/b", "/models/a/b"), ("/models/my model", '"/models/my model"'),
+                                       ("/models/50%", "/models/50%%")])
+def test_path_settings_read_back_as_the_path(path, word):
+    from ansible.module_utils.modelfleet import unit_file
+    from ansible.module_utils.modelfleet.vllm_unit import path_setting
+
+    assert path_setting(path, "model folder") == word
+    assert unit_file.path_list(f"[Service]\nReadOnlyPaths={word}\n", "ReadOnlyPaths") == [path]
+    with pytest.raises(ServeError, match="one line"):
+        path_setting(path + "\nUser=root", "model folder")
+    with pytest.raises(ServeError, match="absolute"):
+        path_setting("relative", "model folder")
+
+
+def test_exec_start_argument_with_a_newline_refused():
+    with pytest.raises(ServeError, match="newline"):
+        systemd_quote("--served-model-name=x\nExecStartPre=+/bin/sh")

@@ -28,7 +28,7 @@ from ansible.module_utils.modelfleet.safetensors_header import (
 MAX_CONFIG_BYTES = 10 * 10**6
 MAX_INDEX_BYTES = 100 * 10**6  # a 1T checkpoint's index maps ~200k tensors (~23 MB)
 INDEX_NAME = "model.safetensors.index.json"
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
+HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 
 KNOWN_QUANT_METHODS = ("compressed-tensors", "fp8", "modelopt", "none")
 # Tensors that describe a quantized weight rather than hold parameters.

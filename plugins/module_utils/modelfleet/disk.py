@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 import subprocess
 
 from ansible.module_utils.modelfleet import flock
@@ -96,28 +97,111 @@ def _last_used(path: str) -> float:
     return 0.0
 
 
+# System folders that are never a models root (their subfolders may be, e.g. /var/lib/models, /mnt/models).
+SYSTEM_DIRS = frozenset({"/", "/bin", "/boot", "/dev", "/etc", "/home", "/lib", "/lib32", "/lib64", "/libx32",
+                         "/lost+found", "/media", "/mnt", "/opt", "/proc", "/root", "/run", "/sbin", "/snap", "/srv",
+                         "/sys", "/tmp", "/usr", "/usr/local", "/usr/lib", "/usr/share", "/var", "/var/lib",
+                         "/var/cache", "/var/log", "/var/tmp", "/var/spool", "/var/mail", "/boot/efi"})
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".msgpack", ".h5", ".onnx", ".nemo")
+HEX40_LEN = 40
+
+
+def check_models_root(root, field: str = "models root") -> str:
+    """The models root as it will be used (resolved), or a DiskPlanError naming the field and the fix.
+    Refused: empty, relative, '..' anywhere, '/' and system folders (also after resolving symlinks)."""
+    if not isinstance(root, str) or not root.strip():
+        raise DiskPlanError(f"{field}: empty; set it to the absolute folder that holds the models (e.g. /models)")
+    if any(c in root for c in "\n\r\0"):
+        raise DiskPlanError(f"{field}: {root!r} contains a control character; give a plain absolute path")
+    if not root.startswith("/"):
+        raise DiskPlanError(f"{field}: {root!r} is relative; give an absolute path (e.g. /models)")
+    if ".." in root.split("/"):
+        raise DiskPlanError(f"{field}: {root!r} contains '..'; give the folder's own absolute path")
+    norm = os.path.normpath(root)
+    if norm.startswith("//"):
+        norm = "/" + norm.lstrip("/")
+    real = os.path.realpath(norm)
+    for p in (norm, real):
+        if p in SYSTEM_DIRS:
+            raise DiskPlanError(f"{field}: {root!r} is {'/' if p == '/' else 'the system folder ' + p}"
+                                f"{'' if p == norm else ' (after resolving symlinks)'}; models are never planned "
+                                "or deleted there - use a folder of their own such as /models")
+    return real
+
+
+def model_evidence(path: str, name: str | None = None) -> str | None:
+    """Why `path` is a model folder, or None. A model is: a folder with modelfleet's marker
+    (.modelfleet/lock.json or complete), a checkpoint (a config.json file and at least one weight file at its
+    top level), or the hub cache's models--org--name folder with a snapshots/<rev> that is a checkpoint.
+    Only regular files, directories and symlinks are looked at (a FIFO or device is never opened). `name` is
+    the folder's own name when `path` does not end with it (a /proc/self/fd/N path)."""
+    def isfile(p):
+        try:
+            return stat.S_ISREG(os.stat(p).st_mode)
+        except OSError:
+            return False
+
+    if os.path.isfile(os.path.join(path, MARKER_DIR, "lock.json")) or os.path.isfile(
+            os.path.join(path, MARKER_DIR, COMPLETE)):
+        return "modelfleet marker"
+    try:
+        names = os.listdir(path)
+    except OSError:
+        return None
+    if "config.json" in names and isfile(os.path.join(path, "config.json")):
+        weights = [n for n in names if n.endswith(WEIGHT_SUFFIXES) and isfile(os.path.join(path, n))]
+        if weights:
+            return f"checkpoint (config.json + {len(weights)} weight file(s))"
+    if (name or os.path.basename(path.rstrip("/"))).startswith("models--") and "snapshots" in names:
+        snaps = os.path.join(path, "snapshots")
+        try:
+            revs = [r for r in os.listdir(snaps) if os.path.isdir(os.path.join(snaps, r))]
+        except OSError:
+            revs = []
+        for r in sorted(revs):
+            if model_evidence(os.path.join(snaps, r)):
+                return f"hub cache layout (snapshots/{r})"
+    return None
+
+
+def _entry(path: str, evidence: str | None) -> dict:
+    try:
+        st = os.lstat(path)
+        ident = {"dev": st.st_dev, "ino": st.st_ino}
+    except OSError:
+        ident = {}
+    if evidence is None:
+        return {"path": path, "resolved": os.path.realpath(path), "symlink": os.path.islink(path), "model": False,
+                "evidence": None, "allocated_bytes": 0, "apparent_bytes": 0, "exclusive_allocated_bytes": 0,
+                "last_used": 0.0, **ident}
+    return {"path": path, "resolved": os.path.realpath(path), "symlink": os.path.islink(path), "model": True,
+            "evidence": evidence, "last_used": _last_used(path),
+            "complete": os.path.exists(os.path.join(path, MARKER_DIR, COMPLETE)), **dir_usage(path), **ident}
+
+
 def list_model_dirs(root: str) -> list[dict]:
-    """Deletion units under the models root: `<root>/<org>--<name>/<revision>` directories of
-    modelfleet's layout, and any other top-level directory (a model placed by hand). Symlinks are
-    listed with their resolved target so the planner can refuse those pointing out of the root."""
+    """Everything under the models root that a plan could name, each with `model` true only when it is
+    recognisably a model (model_evidence): `<root>/<org>--<name>/<40-hex revision>` folders of modelfleet's
+    layout, hub-cache `models--org--name` folders, and top-level folders that are checkpoints. Every other
+    top-level entry is listed with model: false and is never deleted, even when named. Symlinks are listed
+    (never deleted). Hidden entries (.staging, .status, .trash-*) are modelfleet's own and not listed."""
     out = []
     for entry in sorted(os.listdir(root)):
         if entry.startswith("."):
-            continue  # .staging, .locks: modelfleet's own
+            continue
         p = os.path.join(root, entry)
         if os.path.islink(p):
-            out.append({"path": p, "resolved": os.path.realpath(p), "symlink": True, "allocated_bytes": 0,
-                        "apparent_bytes": 0, "exclusive_allocated_bytes": 0, "last_used": 0.0})
+            out.append({**_entry(p, None), "model": False, "evidence": None})
             continue
         if not os.path.isdir(p):
             continue
-        subs = [os.path.join(p, s) for s in sorted(os.listdir(p)) if len(s) == 40 and os.path.isdir(os.path.join(p, s))]
-        units = subs if "--" in entry and subs else [p]
-        for u in units:
-            usage = dir_usage(u)
-            out.append({"path": u, "resolved": os.path.realpath(u), "symlink": os.path.islink(u),
-                        "last_used": _last_used(u), "complete": os.path.exists(os.path.join(u, MARKER_DIR, COMPLETE)),
-                        **usage})
+        if "--" in entry and not entry.startswith("models--"):
+            subs = sorted(s for s in os.listdir(p) if len(s) == HEX40_LEN and os.path.isdir(os.path.join(p, s))
+                          and not os.path.islink(os.path.join(p, s)))
+            if subs:
+                out.extend(_entry(os.path.join(p, s), model_evidence(os.path.join(p, s))) for s in subs)
+                continue
+        out.append(_entry(p, model_evidence(p)))
     return out
 
 
@@ -151,7 +235,7 @@ def validate_inputs(root: str, required_bytes, headroom_bytes=0, headroom_percen
 def plan_disk(*, root: str, free_bytes: int, total_bytes: int, required_bytes: int, candidates: list[dict],
               headroom_bytes: int = 0, headroom_percent: float = 0.0, explicit: tuple = (), protected: tuple = (),
               in_use: tuple = (), deploying: tuple = (), present_bytes: int = 0, defer_explicit: bool = True,
-              realpath=os.path.realpath) -> dict:
+              keep_until_verified: tuple = (), realpath=os.path.realpath) -> dict:
     """The deletion plan. Pure given `realpath` (injectable so tests can model symlinks).
 
     need = required + headroom - present (bytes of the target already on disk, by blocks held)
@@ -166,14 +250,18 @@ def plan_disk(*, root: str, free_bytes: int, total_bytes: int, required_bytes: i
     need = max(0, required_bytes + headroom - max(0, present_bytes))
     shortfall = max(0, need - free_bytes)
     refused: list[dict] = []
+    keep = [realpath(p) for p in keep_until_verified]
     guards = [("protected", [realpath(p) for p in protected]),
-              ("in use by an active unit", [realpath(p) for p in in_use]),
+              ("in use by a live unit or a running process", [realpath(p) for p in in_use]),
               ("the model being deployed", [realpath(p) for p in deploying])]
 
     def why_not(c: dict) -> str | None:
         rp = c.get("resolved") or realpath(c["path"])
         if c.get("symlink"):
             return "a symlink (only real directories are deleted)"
+        if c.get("model") is not True:
+            return ("not a model, never deleted (no modelfleet marker, no config.json with weight files, "
+                    "no hub-cache snapshot)")
         if not _inside(rp, rroot):
             return f"outside the models root (resolves to {rp})"
         if rp == rroot:
@@ -193,7 +281,7 @@ def plan_disk(*, root: str, free_bytes: int, total_bytes: int, required_bytes: i
         if c is None:
             refused.append({"path": e, "reason": "not a model directory under the root"})
             continue
-        if c not in order:
+        if all(o["path"] != c["path"] for o in order):  # named twice (or by two spellings): listed once
             order.append({**c, "explicit": True})
     explicit_paths = {c["path"] for c in order}
     for c in sorted(candidates, key=lambda x: (x.get("last_used", 0.0), x["path"])):
@@ -210,13 +298,16 @@ def plan_disk(*, root: str, free_bytes: int, total_bytes: int, required_bytes: i
     for c in allowed:
         if freed >= shortfall:
             break
+        if any(_overlaps(c.get("resolved") or realpath(c["path"]), k) for k in keep):
+            continue  # a fallback: only deleted after the new model is verified (see plan_host)
         b = c.get("exclusive_allocated_bytes", c.get("allocated_bytes", 0))
         delete.append({"path": c["path"], "bytes": b, "explicit": c["explicit"], "last_used": c.get("last_used"),
-                       "complete": c.get("complete")})
+                       "complete": c.get("complete"), "dev": c.get("dev"), "ino": c.get("ino")})
         freed += b
     feasible = freed >= shortfall
     deleting = {d["path"] for d in delete}
-    later = [{"path": c["path"], "bytes": c.get("exclusive_allocated_bytes", c.get("allocated_bytes", 0))}
+    later = [{"path": c["path"], "bytes": c.get("exclusive_allocated_bytes", c.get("allocated_bytes", 0)),
+              "dev": c.get("dev"), "ino": c.get("ino")}
              for c in allowed if c["explicit"] and c["path"] not in deleting] if defer_explicit else []
     free_after = free_bytes + (freed if feasible else 0)
     to_write = max(0, required_bytes - max(0, present_bytes))
@@ -265,26 +356,60 @@ def plan_disk(*, root: str, free_bytes: int, total_bytes: int, required_bytes: i
     return out
 
 
+# --------------------------------------------------------------------------- the whole plan on a host
+def plan_host(*, root: str, required_bytes, headroom_bytes=0, headroom_percent=0.0, explicit=(), protected=(),
+              in_use=(), deploying=(), present_bytes=0, defer_explicit=True, fallback=(), read_units=True,
+              run=subprocess.run, proc="/proc") -> dict:
+    """Measure, list, find what is in use (failing closed), and plan - the one pipeline behind the CLI's
+    plan-disk and the disk_plan and storage_reclaim modules. The root is checked (check_models_root) and its
+    resolved path used. Fallbacks are kept whenever deleting other models covers the shortfall; only when
+    nothing else does is a plan that deletes a fallback early returned, with `fallback_deleted_early`."""
+    from ansible.module_utils.modelfleet import in_use as in_use_mod
+
+    rroot = check_models_root(root)
+    if not os.path.isdir(rroot):
+        raise DiskPlanError(f"models root {root}: does not exist or is not a folder; create it (mkdir -p {rroot}) "
+                            "or set the right root")
+    fs = measure_fs(rroot)
+    candidates = list_model_dirs(rroot)
+    usage = in_use_mod.in_use(rroot, [c["path"] for c in candidates if c.get("model")], read_units=read_units,
+                              run=run, proc=proc)
+
+    def under_root(paths):
+        return tuple(os.path.join(rroot, os.path.relpath(os.path.normpath(p), os.path.normpath(root)))
+                     if os.path.normpath(p).startswith(os.path.normpath(root).rstrip("/") + "/") else p for p in paths)
+
+    # Bytes of the target already on disk (a killed download's staging, a final folder being re-checked): they
+    # hold blocks now, so the fetch needs only the rest. Counted by blocks held, at most the model's size.
+    present_measured = 0
+    for d in under_root(deploying):
+        if os.path.isdir(d) and not os.path.islink(d):
+            present_measured += dir_usage(d)["allocated_bytes"]
+    if isinstance(required_bytes, int) and not isinstance(required_bytes, bool):
+        present_measured = min(present_measured, required_bytes)
+    present_bytes = max(present_bytes, present_measured)
+    common = dict(root=rroot, free_bytes=fs["free_bytes"], total_bytes=fs["total_bytes"],
+                  required_bytes=required_bytes, candidates=candidates, headroom_bytes=headroom_bytes,
+                  headroom_percent=headroom_percent, explicit=under_root(explicit), protected=under_root(protected),
+                  in_use=under_root(in_use) + tuple(u["path"] for u in usage["in_use"]),
+                  deploying=under_root(deploying), present_bytes=present_bytes, defer_explicit=defer_explicit)
+    plan = plan_disk(**common, keep_until_verified=under_root(fallback))
+    plan["fallback_deleted_early"] = []
+    if fallback and not plan["feasible"]:
+        plan = plan_disk(**common)
+        keep = [os.path.realpath(f) for f in under_root(fallback)]
+        plan["fallback_deleted_early"] = [d["path"] for d in plan["delete"]
+                                          if any(_overlaps(os.path.realpath(d["path"]), k) for k in keep)]
+    plan["filesystem"] = fs
+    plan["in_use"] = usage["in_use"]
+    plan["units_read"] = usage["units_read"]
+    plan["not_models"] = [c["path"] for c in candidates if not c.get("model")]
+    plan["candidates"] = [c["path"] for c in candidates]
+    plan["present_measured_bytes"] = present_measured
+    return plan
+
+
 # --------------------------------------------------------------------------- what active units serve
-def model_dirs_of_active_units(run=subprocess.run) -> list[dict]:
-    """Model directories named by active systemd services that run vLLM: `--model DIR` or
-    `vllm serve DIR` in their ExecStart. Read from the host, not from variables."""
-    r = run(["systemctl", "list-units", "--type=service", "--state=active", "--no-legend", "--plain"],
-            capture_output=True, text=True)
-    if r.returncode != 0:
-        return []
-    found = []
-    for line in r.stdout.splitlines():
-        unit = line.split()[0] if line.split() else ""
-        if not unit.endswith(".service"):
-            continue
-        s = run(["systemctl", "show", "-p", "ExecStart", "--value", unit], capture_output=True, text=True)
-        model = model_from_exec_start(s.stdout)
-        if model:
-            found.append({"unit": unit, "model": model})
-    return found
-
-
 def model_from_exec_start(exec_start: str) -> str | None:
     """The model directory in a systemd ExecStart property value (`{ path=... ; argv[]=... ; ... }`)."""
     text = exec_start
@@ -325,28 +450,83 @@ class HostLock:
         self.fd = None
 
 
-def delete_model_dir(root: str, path: str, realpath=os.path.realpath) -> int:
-    """Remove one model directory safely: re-check it is a real directory strictly inside the root,
-    drop its completion marker first (so a crash never leaves something that looks complete), move it
-    to <root>/.trash-* atomically (same filesystem), then remove it. Returns bytes freed (blocks)."""
+O_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0)
+
+
+def _open_dir_nofollow(path: str) -> int:
+    """A descriptor of `path` opened one component at a time from '/', no symlink followed at any level."""
+    fd = os.open("/", O_DIR)
+    try:
+        for part in [x for x in path.split("/") if x]:
+            nfd = os.open(part, O_DIR, dir_fd=fd)
+            os.close(fd)
+            fd = nfd
+    except OSError:
+        os.close(fd)
+        raise
+    return fd
+
+
+def delete_model_dir(root: str, path: str, expect: tuple[int, int] | None = None) -> int:
+    """Remove one model folder without following a symlink at any level and only if it is still the folder
+    that was planned: the root is opened component by component with O_NOFOLLOW, then each folder down to
+    the target; the target's (device, inode) must equal `expect` (from the plan) and be a model
+    (model_evidence); its completion marker goes first (a crash never leaves something that looks
+    complete), then it is renamed, relative to those descriptors, to <root>/.trash-* and removed with the
+    descriptor-based rmtree. A swapped parent or target fails with nothing deleted. Returns bytes freed."""
     import time
 
-    rroot, rp = realpath(root), realpath(path)
-    if os.path.islink(path) or not os.path.isdir(path):
-        raise DiskPlanError(f"{path}: not a real directory; refusing to delete")
-    if not _inside(rp, rroot) or rp == rroot:
-        raise DiskPlanError(f"{path}: resolves to {rp}, not strictly inside {rroot}; refusing to delete")
-    freed = dir_usage(rp)["exclusive_allocated_bytes"]
-    marker = os.path.join(rp, MARKER_DIR, COMPLETE)
-    if os.path.exists(marker):
-        os.unlink(marker)
-    trash = os.path.join(rroot, f".trash-{os.path.basename(rp)}-{int(time.time() * 1000)}")
-    os.rename(rp, trash)
-    shutil.rmtree(trash)
-    parent = os.path.dirname(rp)
-    if parent != rroot and _inside(parent, rroot) and not os.listdir(parent):
-        os.rmdir(parent)  # an <org>--<name> folder left empty
-    return freed
+    rroot = os.path.normpath(root)  # the root as planned (resolved then): not resolved again, opened without links
+    rel = os.path.relpath(os.path.normpath(path), rroot)
+    if os.path.isabs(rel) or rel == "." or rel.split("/")[0] == "..":
+        raise DiskPlanError(f"{path}: not strictly inside the models root {root}; refusing to delete")
+    parts = rel.split("/")
+    try:
+        root_fd = _open_dir_nofollow(rroot)
+    except OSError as e:
+        raise DiskPlanError(f"models root {root}: cannot be opened without following a symlink ({e}); "
+                            "nothing deleted") from None
+    fds = [root_fd]
+    try:
+        try:
+            for part in parts:
+                fds.append(os.open(part, O_DIR, dir_fd=fds[-1]))
+        except OSError as e:
+            raise DiskPlanError(f"{path}: not a real folder reachable from the root without symlinks ({e.strerror});"
+                                " refusing to delete") from None
+        st = os.fstat(fds[-1])
+        if expect is not None and (st.st_dev, st.st_ino) != tuple(expect):
+            raise DiskPlanError(f"{path}: changed since it was planned (device/inode {st.st_dev}/{st.st_ino}, "
+                                f"planned {expect[0]}/{expect[1]}); refusing to delete - plan again")
+        here = f"/proc/self/fd/{fds[-1]}"
+        if not model_evidence(here if os.path.isdir(here) else os.path.join(rroot, rel), name=parts[-1]):
+            raise DiskPlanError(f"{path}: not a model (no marker, no config.json with weights); refusing to delete")
+        freed = dir_usage(here if os.path.isdir(here) else os.path.join(rroot, rel))["exclusive_allocated_bytes"]
+        try:
+            mfd = os.open(MARKER_DIR, O_DIR, dir_fd=fds[-1])
+            try:
+                os.unlink(COMPLETE, dir_fd=mfd)
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(mfd)
+        except (FileNotFoundError, NotADirectoryError):
+            pass
+        trash = f".trash-{parts[-1]}-{int(time.time() * 1000)}"
+        os.rename(parts[-1], trash, src_dir_fd=fds[-2], dst_dir_fd=root_fd)
+        moved = os.stat(trash, dir_fd=root_fd, follow_symlinks=False)
+        if (moved.st_dev, moved.st_ino) != (st.st_dev, st.st_ino):  # cannot happen short of a kernel bug
+            raise DiskPlanError(f"{path}: the renamed entry is not the checked folder; left at {rroot}/{trash}")
+        shutil.rmtree(trash, dir_fd=root_fd)
+        if len(parts) > 1:
+            try:
+                os.rmdir(parts[-2], dir_fd=fds[-3])  # an <org>--<name> folder left empty
+            except OSError:
+                pass
+        return freed
+    finally:
+        for fd in reversed(fds):
+            os.close(fd)
 
 
 def purge_trash(root: str) -> list[str]:

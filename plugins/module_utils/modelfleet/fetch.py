@@ -24,7 +24,7 @@ import time
 from ansible.module_utils.modelfleet import flock
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
+HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 MARKER_DIR = ".modelfleet"
 
 

@@ -45,7 +45,7 @@ GPU_KEYS = {"kind", "count", "memory_gib", "interconnect"}
 INTERCONNECTS = {"pcie", "nvlink", "mixed", "single", "none"}
 ROLLOUT_KEYS = {"waves", "max_fail_percentage"}
 WAVE_KEYS = {"name", "hosts", "canary", "serial"}
-NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 
 
 class _Loader(yaml.SafeLoader):

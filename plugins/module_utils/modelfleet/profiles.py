@@ -41,9 +41,9 @@ import re
 
 from ansible.module_utils.modelfleet.errors import ProfileError
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
-CC = re.compile(r"^\d+\.\d+$")
+HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
+REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")
+CC = re.compile(r"^\d+\.\d+\Z")
 KNOWN_PARSERS = {
     # tool-call parsers and reasoning parsers vLLM ships (the ones profiles here use, and common others)
     "tool_call_parser": {"kimi_k2", "minimax_m2", "hermes", "llama3_json", "mistral", "deepseek_v3",
@@ -160,7 +160,7 @@ def _check_version_spec(spec: str, source: str) -> None:
     if not parts:
         raise ProfileError(f"{source}: vllm.version is empty; give a range such as '>=0.11,<0.14'")
     for p in parts:
-        if not re.match(r"^(==|>=|<=|!=|~=|<|>)\s*\d+(\.\d+)*([a-z0-9.+]*)?$", p):
+        if not re.match(r"^(==|>=|<=|!=|~=|<|>)\s*\d+(\.\d+)*([a-z0-9.+]*)?\Z", p):
             raise ProfileError(f"{source}: vllm.version part {p!r} is not a version specifier like '>=0.11'")
 
 

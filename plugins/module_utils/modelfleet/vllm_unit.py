@@ -13,8 +13,8 @@ import re
 from ansible.module_utils.modelfleet import unit_file
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 
-HEX40 = re.compile(r"^[0-9a-f]{40}$")
-NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
+HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
+NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
 
 
 class ServeError(ModelfleetError):
@@ -112,7 +112,7 @@ FIXED_ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("VLLM_NO_USAGE_STATS", "1"),
     ("DO_NOT_TRACK", "1"),
 )
-ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 UNSAFE_CHARS = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL byte"}
 
 
@@ -123,6 +123,9 @@ def cache_environment(cache_dir: str) -> dict[str, str]:
     if ".." in cache_dir.split("/"):
         raise ServeError(f"cache folder {cache_dir!r} must not contain '..' (vllm_service_cache_root)")
     _refuse_unsafe("vllm_service_cache_root", cache_dir)
+    if re.search(r"[\s\"'\\%]", cache_dir):
+        raise ServeError(f"cache folder {cache_dir!r} must not contain blanks, quotes, backslash or '%' "
+                         "(vllm_service_cache_root): it is the service's HOME and WorkingDirectory")
     base = posixpath.normpath(cache_dir)
     return {name: posixpath.join(base, sub) if sub else base for name, sub, _ in CACHE_ENVIRONMENT}
 
@@ -151,6 +154,35 @@ def unit_environment(cache_dir: str, extra: dict | None = None) -> dict[str, str
         _refuse_unsafe(f"vllm_service_environment: {key}", text)
         env[key] = text
     return env
+
+
+def path_setting(path: str, what: str) -> str:
+    """A path as one word of a space-separated path setting (ReadOnlyPaths=, ReadWritePaths=): absolute, one
+    line, specifiers escaped, double-quoted when it holds blanks or quotes."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        raise ServeError(f"{what} {path!r} must be an absolute path")
+    _refuse_unsafe(what, path)
+    a = path.replace("%", "%%")
+    if re.search(r"[\s\"'\\]", a):
+        a = '"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    return a
+
+
+def check_api_key(key: str) -> None:
+    """The API key goes into the root-only EnvironmentFile as `VLLM_API_KEY=<key>`: one literal assignment
+    only when it is printable ASCII without blanks, quotes, backslash or '$' (systemd would unquote, unescape
+    or split those, and a newline would add variables)."""
+    if not key:
+        return
+    bad = next((c for c in key if not 33 <= ord(c) <= 126 or c in "\"'\\$"), None)
+    if bad is not None:
+        what = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL byte", " ": "a blank",
+                "\t": "a tab"}.get(bad, repr(bad))
+        raise ServeError(f"vllm_service_api_key contains {what}; use printable ASCII without blanks, quotes, "
+                         "backslash or '$' (e.g. the output of `openssl rand -hex 32`)")
+    if key[0] in "#;":
+        raise ServeError("vllm_service_api_key starts with '#' or ';' (a comment in an environment file); "
+                         "use another key")
 
 
 def cache_problems(unit_text: str) -> list[str]:
