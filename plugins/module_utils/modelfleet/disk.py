@@ -106,9 +106,10 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".ms
 HEX40_LEN = 40
 
 
-def check_models_root(root, field: str = "models root") -> str:
+def check_models_root(root, field: str = "models root", resolve: bool = True) -> str:
     """The models root as it will be used (resolved), or a DiskPlanError naming the field and the fix.
-    Refused: empty, relative, '..' anywhere, '/' and system folders (also after resolving symlinks)."""
+    Refused: empty, relative, '..' anywhere, '/' and system folders (also after resolving symlinks, when
+    `resolve`: on the host; a controller checking a fleet file checks the spelling only)."""
     if not isinstance(root, str) or not root.strip():
         raise DiskPlanError(f"{field}: empty; set it to the absolute folder that holds the models (e.g. /models)")
     if any(c in root for c in "\n\r\0"):
@@ -120,7 +121,7 @@ def check_models_root(root, field: str = "models root") -> str:
     norm = os.path.normpath(root)
     if norm.startswith("//"):
         norm = "/" + norm.lstrip("/")
-    real = os.path.realpath(norm)
+    real = os.path.realpath(norm) if resolve else norm
     for p in (norm, real):
         if p in SYSTEM_DIRS:
             raise DiskPlanError(f"{field}: {root!r} is {'/' if p == '/' else 'the system folder ' + p}"

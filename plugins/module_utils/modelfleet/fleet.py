@@ -29,6 +29,7 @@ from __future__ import annotations
 import re
 
 import yaml
+from ansible.module_utils.modelfleet.disk import check_models_root
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 
 
@@ -45,6 +46,7 @@ GPU_KEYS = {"kind", "count", "memory_gib", "interconnect"}
 INTERCONNECTS = {"pcie", "nvlink", "mixed", "single", "none"}
 ROLLOUT_KEYS = {"waves", "max_fail_percentage"}
 WAVE_KEYS = {"name", "hosts", "canary", "serial"}
+ADDRESS_RE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[?[0-9A-Fa-f:.]+(?:%[A-Za-z0-9]+)?\]?)\Z")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 
 
@@ -144,8 +146,14 @@ def _check_common(ctx, data, path, profiles):
     if "profile" in data and profiles is not None and data["profile"] not in profiles:
         ctx.fail(path + ("profile",), f"profile {data['profile']!r} does not exist; known: "
                                       f"{', '.join(sorted(profiles)) or '(none)'} (profiles/<name>.yml)")
-    if "models_root" in data and not (isinstance(data["models_root"], str) and data["models_root"].startswith("/")):
-        ctx.fail(path + ("models_root",), f"models_root must be an absolute path, got {data['models_root']!r}")
+    if "models_root" in data:
+        try:
+            check_models_root(data["models_root"], "models_root", resolve=False)
+        except ModelfleetError as e:
+            ctx.fail(path + ("models_root",), str(e).split(": ", 1)[1])
+    if "address" in data and not (isinstance(data["address"], str) and ADDRESS_RE.match(data["address"])):
+        ctx.fail(path + ("address",), f"address {data['address']!r} is not a host name or an IP address "
+                                      "(letters, digits, '.', '-', ':'; not starting with '-')")
 
 
 def _group_name(prefix: str, value) -> str:
