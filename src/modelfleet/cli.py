@@ -14,6 +14,8 @@ import_module_utils()
 
 from ansible.module_utils.modelfleet.errors import ModelfleetError  # noqa: E402
 
+from modelfleet.runner import InventoryError  # noqa: E402
+
 
 def _emit(data: dict, as_json: bool, human) -> None:
     if as_json:
@@ -465,7 +467,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         return a.func(a)
-    except ModelfleetError as e:
+    except (ModelfleetError, InventoryError, FileNotFoundError) as e:
         print(f"modelfleet {a.command}: error: {e}", file=sys.stderr)
         return 2
 

@@ -17,6 +17,8 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
@@ -68,7 +70,9 @@ class RunResult:
 
     @property
     def ok(self) -> bool:
-        return self.rc == 0 and bool(self.hosts) and all(h.status == "ok" for h in self.hosts.values())
+        """Every host ok, and at least one fleet host ran: a run on the controller alone is never a success."""
+        fleet = [n for n in self.hosts if n not in ("localhost", "127.0.0.1")]
+        return self.rc == 0 and bool(fleet) and all(h.status == "ok" for h in self.hosts.values())
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -203,6 +207,43 @@ class _Tracker:
         self.events.close()
 
 
+class InventoryError(ValueError):
+    """The inventory cannot be run against: a fleet file that fails validation, no host, a limit that matches
+    nothing. Raised before anything runs."""
+
+
+def inventory_hosts(inventory: str | None, limit: str | None = None) -> list[str]:
+    """The hosts a run would target, read by Ansible itself with unparsed inventories made fatal, so a fleet
+    file that fails validation is an error naming file:line: field: message, never a warning followed by a
+    run on no host. A limit that matches nothing names the pattern and the hosts there are."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"), ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
+               ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+
+    def listing(pattern_limit):
+        cmd = ["ansible", "all", "--list-hosts"] + (["-i", inventory] if inventory else [])
+        if pattern_limit:
+            cmd += ["--limit", pattern_limit]
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT)
+        hosts = [h.strip() for h in r.stdout.splitlines()[1:] if h.strip()] if "hosts (" in r.stdout else []
+        return r, hosts
+
+    r, hosts = listing(limit)
+    text = r.stderr + r.stdout
+    m = re.search(r"Failed to parse inventory with 'fleet' plugin: (.+)", text)
+    if m:
+        raise InventoryError(f"fleet file does not validate: {m.group(1).strip()} (fix the fleet file; nothing ran)")
+    if "Completely failed to parse inventory" in text or ("Unable to parse" in text and r.returncode != 0):
+        first = next((x for x in text.splitlines() if "ERROR" in x or "WARNING" in x), text.strip()[:300])
+        raise InventoryError(f"inventory {inventory}: cannot be parsed ({first.strip()}); nothing ran")
+    if not hosts:
+        if limit:
+            _, every = listing(None)
+            raise InventoryError(f"--limit {limit!r} matches no host of {inventory or 'the inventory'}; its hosts: "
+                                 f"{', '.join(every) or '(none)'} (give one of them, a group, or a pattern)")
+        raise InventoryError(f"inventory {inventory or '(default)'} has no host; add hosts to the fleet file")
+    return hosts
+
+
 def run_playbook(playbook: str, inventory: str | None = None, limit: str | None = None, check: bool = False,
                  extravars: dict | None = None, on_event: Callable | None = None, tags: str | None = None,
                  run_id: str | None = None, quiet: bool = True) -> RunResult:
@@ -217,6 +258,7 @@ def run_playbook(playbook: str, inventory: str | None = None, limit: str | None 
     inv = Path(inventory).resolve() if inventory else None
     if inv is not None and not inv.exists():
         raise FileNotFoundError(f"inventory {inventory} not found")
+    inventory_hosts(str(inv) if inv else None, limit)
     run_id = run_id or time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + f"-{os.getpid()}"
     run_dir = state_dir() / "runs" / run_id
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -227,7 +269,8 @@ def run_playbook(playbook: str, inventory: str | None = None, limit: str | None 
     if tags:
         cmdline += ["--tags", tags]
     env = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "MODELFLEET_RUN_DIR": str(run_dir),
-           "ANSIBLE_FORCE_COLOR": "0"}
+           "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_INVENTORY_UNPARSED_FAILED": "1",
+           "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "1"}
     started = time.time()
     try:
         r = ansible_runner.run(private_data_dir=str(run_dir), project_dir=str(REPO_ROOT), playbook=str(pb),

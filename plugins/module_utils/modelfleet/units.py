@@ -28,32 +28,50 @@ def both_units(n: int) -> dict:
     return {"bytes": n, "gb": round(n / GB, 3), "gib": round(n / GiB, 3)}
 
 
+MAX_SIZE = 2**63 - 1  # what a filesystem can report; anything larger is a typo
+HELP = "use a whole number of bytes, or a number with KB/MB/GB/TB or KiB/MiB/GiB/TiB (e.g. 595GB, 554GiB)"
+
+
 def parse_size(value) -> int:
     """Parse a byte count given by a person: an int, or a string such as '595GB', '554GiB', '1.5 TB',
     '1048576'. Decimal suffixes (KB, MB, GB, TB) are powers of 10, binary ones (KiB ... TiB) powers of 2.
-    Raises ValueError with the accepted forms on anything else."""
-    if isinstance(value, bool):
-        raise ValueError(f"not a size: {value!r}")
+    Raises ValueError naming the accepted forms on anything else: negatives, NaN, infinities, values past
+    2**63-1 (1e400 included), fractions of a byte, booleans."""
+    from decimal import Decimal, InvalidOperation
+
+    if isinstance(value, bool) or value is None:
+        raise ValueError(f"not a size: {value!r} ({HELP})")
     if isinstance(value, int):
-        return value
-    if isinstance(value, float):
+        n = value
+    elif isinstance(value, float):
+        if value != value or value in (float("inf"), float("-inf")):
+            raise ValueError(f"not a size: {value!r} ({HELP})")
         if value != int(value):
-            raise ValueError(f"a byte count must be whole: {value!r}")
-        return int(value)
-    s = str(value).strip().replace(" ", "").replace("_", "")
-    units = {
-        "": 1, "B": 1,
-        "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
-        "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50,
-    }
-    num = s.rstrip("BbIiKkMmGgTtPp")
-    suffix = s[len(num):].upper()
-    if suffix not in units or not num:
-        raise ValueError(
-            f"not a size: {value!r} (use an integer of bytes, or a number with KB/MB/GB/TB or KiB/MiB/GiB/TiB)"
-        )
-    try:
-        x = float(num)
-    except ValueError:
-        raise ValueError(f"not a size: {value!r}") from None
-    return int(round(x * units[suffix]))
+            raise ValueError(f"a byte count must be whole: {value!r} ({HELP})")
+        n = int(value)
+    else:
+        s = str(value).strip().replace(" ", "").replace("_", "")
+        units = {
+            "": 1, "B": 1,
+            "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12, "PB": 10**15,
+            "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40, "PIB": 2**50,
+        }
+        num = s.rstrip("BbIiKkMmGgTtPp")
+        suffix = s[len(num):].upper()
+        if suffix not in units or not num:
+            raise ValueError(f"not a size: {value!r} ({HELP})")
+        try:
+            x = Decimal(num)
+        except InvalidOperation:
+            raise ValueError(f"not a size: {value!r} ({HELP})") from None
+        if not x.is_finite():
+            raise ValueError(f"not a size: {value!r} ({HELP})")
+        if abs(x) > Decimal(MAX_SIZE):
+            raise ValueError(f"size {value!r} is larger than any disk ({HELP})")
+        exact = x * units[suffix]
+        n = int(exact.to_integral_value())
+    if n < 0:
+        raise ValueError(f"a size cannot be negative: {value!r} ({HELP})")
+    if n > MAX_SIZE:
+        raise ValueError(f"size {value!r} is larger than any disk ({HELP})")
+    return n
