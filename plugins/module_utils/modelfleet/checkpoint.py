@@ -21,6 +21,7 @@ from ansible.module_utils.modelfleet.safetensors_header import (
     JSONError,
     decode_length,
     loads,
+    open_regular,
     parse_header,
     read_local_header,
 )
@@ -244,16 +245,19 @@ def compatibility_warnings(facts: dict, compute_capability: str | None = None,
 # --------------------------------------------------------------------------- local inspection
 def _load_json_file(path: str, name: str, cap: int = MAX_CONFIG_BYTES) -> dict:
     try:
-        size = os.path.getsize(path)
+        with open_regular(path, name) as f:
+            size = os.fstat(f.fileno()).st_size
+            if size > cap:
+                raise CheckpointError(f"{name}: {size} bytes is over the {cap}-byte limit for this file")
+            data = loads(f.read(cap + 1))
     except OSError as e:
         raise CheckpointError(f"{name}: cannot read ({e.strerror})") from None
-    if size > cap:
-        raise CheckpointError(f"{name}: {size} bytes is over the {cap}-byte limit for this file")
-    try:
-        with open(path, "rb") as f:
-            return loads(f.read())
     except JSONError as e:
         raise CheckpointError(f"{name}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise CheckpointError(f"{name}: not a JSON object (found {type(data).__name__}); a checkpoint file "
+                              "holds one object")
+    return data
 
 
 def _check_index(index: dict, name: str = INDEX_NAME) -> dict[str, str]:
@@ -284,8 +288,11 @@ def _assemble(config: dict, weight_map, headers, files, absent, revision, source
     facts["revision"] = revision
     facts["num_shards"] = len(set(weight_map.values())) if weight_map else len(headers)
     facts["files"] = files
-    facts["total_bytes"] = sum(f["size"] for f in files if f.get("size") is not None)
-    facts["shard_bytes"] = sum(f["size"] for f in files if f["name"].endswith(".safetensors") and f.get("size"))
+    if absent:  # the weights are not here: their size is unknown, never the few bytes of config that are
+        facts["total_bytes"] = facts["shard_bytes"] = None
+    else:
+        facts["total_bytes"] = sum(f["size"] for f in files if f.get("size") is not None)
+        facts["shard_bytes"] = sum(f["size"] for f in files if f["name"].endswith(".safetensors") and f.get("size"))
     if headers:
         facts.update(header_facts(headers, facts["quantization"]))
         q = facts["quantization"]
@@ -319,6 +326,16 @@ def inspect_local(path: str, revision: str | None = None) -> dict:
 
 
 def _inspect_local(path: str, revision: str | None) -> dict:
+    try:
+        return _inspect_local_checked(path, revision)
+    except (TypeError, AttributeError, KeyError, ValueError) as e:
+        if isinstance(e, CheckpointError):
+            raise
+        raise CheckpointError(f"{path}: a file of the checkpoint has a value of the wrong type ({type(e).__name__}: "
+                              f"{e}); check config.json, {INDEX_NAME} and .modelfleet/lock.json") from None
+
+
+def _inspect_local_checked(path: str, revision: str | None) -> dict:
     if not os.path.isdir(path):
         raise CheckpointError(f"{path}: not a directory")
     cfg_path = os.path.join(path, "config.json")
@@ -328,7 +345,7 @@ def _inspect_local(path: str, revision: str | None) -> dict:
     config_facts(config)  # fail early on a bad config
     lock = _read_lock(path)
     if revision is None and lock:
-        revision = lock.get("revision")
+        revision = lock.get("revision") if isinstance(lock.get("revision"), str) else None
     index_path = os.path.join(path, INDEX_NAME)
     present = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
     weight_map: dict[str, str] = {}
@@ -356,21 +373,24 @@ def _inspect_local(path: str, revision: str | None) -> dict:
     files = []
     for name in sorted(os.listdir(path)):
         p = os.path.join(path, name)
-        if name.startswith(".") or not os.path.isfile(p):
+        if name.startswith(".") or not os.path.isfile(p):  # isfile: regular files only (FIFOs are skipped)
             continue
         files.append({"name": name, "size": os.path.getsize(p), "sha256": lock_files.get(name, {}).get("sha256")})
     return _assemble(config, weight_map, headers, files, absent, revision, {"kind": "local", "path": path})
 
 
 def _read_lock(path: str) -> dict | None:
+    """modelfleet's lock for this folder, or None when there is none; a lock of the wrong shape is an error
+    (its checksums would otherwise be trusted or silently dropped)."""
     p = os.path.join(path, ".modelfleet", "lock.json")
-    if os.path.exists(p):
-        try:
-            with open(p) as f:
-                return json.load(f)
-        except (OSError, json.JSONDecodeError):
-            return None
-    return None
+    if not os.path.exists(p):
+        return None
+    lock = _load_json_file(p, ".modelfleet/lock.json")
+    files = lock.get("files", [])
+    if not isinstance(files, list) or not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in files):
+        raise CheckpointError(".modelfleet/lock.json: 'files' must be a list of objects with a 'name'; "
+                              "fetch the model again to rewrite it")
+    return lock
 
 
 # --------------------------------------------------------------------------- hub inspection

