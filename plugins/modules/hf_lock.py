@@ -41,25 +41,20 @@ paths: {description: final, staging, status paths on the host., returned: succes
 complete: {description: Whether the final directory is already complete for this commit., returned: success, type: bool}
 """
 
-import os
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 from ansible.module_utils.modelfleet.fetch import build_lock, hub_listing, is_complete, model_paths
+from ansible.module_utils.modelfleet.secrets import read_secret_file
 
 
 def read_token(module, path):
     if not path:
         return None
     try:
-        st = os.stat(path)
-        if st.st_mode & 0o077:
-            module.fail_json(msg=f"token file {path} is readable by group/others (mode {oct(st.st_mode & 0o777)}); "
-                                 "chmod 600 it")
-        with open(path) as f:
-            return f.read().strip() or None
-    except OSError as e:
-        module.fail_json(msg=f"cannot read token file {path}: {e.strerror}")
+        return read_secret_file(path, "token file") or None
+    except ModelfleetError as e:
+        module.fail_json(msg=f"hf_lock: {e}")
 
 
 def main():

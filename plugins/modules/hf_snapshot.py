@@ -77,6 +77,7 @@ from ansible.module_utils.modelfleet.fetch import (
     verify_tree,
     write_status,
 )
+from ansible.module_utils.modelfleet.secrets import read_secret_file
 
 
 def main():
@@ -100,10 +101,9 @@ def main():
     token = None
     if p["token_file"]:
         try:
-            with open(p["token_file"]) as f:
-                token = f.read().strip() or None
-        except OSError as e:
-            module.fail_json(msg=f"cannot read token file {p['token_file']}: {e.strerror}")
+            token = read_secret_file(p["token_file"], "token file") or None
+        except ModelfleetError as e:
+            module.fail_json(msg=f"hf_snapshot: {e}")
     try:
         paths = model_paths(p["root"], lock["repo_id"], lock["revision"])
         if not module.check_mode:

@@ -178,6 +178,17 @@ def cmd_report(a) -> int:
     return 0
 
 
+def _api_key(a) -> str:
+    """The benchmark's API key from --api-key-file (owner-only mode, one line) or MODELFLEET_API_KEY."""
+    import os
+
+    from ansible.module_utils.modelfleet.secrets import read_secret_file
+
+    if a.api_key_file:
+        return read_secret_file(a.api_key_file, "--api-key-file")
+    return os.environ.get("MODELFLEET_API_KEY", "").strip()
+
+
 def cmd_bench(a) -> int:
     import time
     from pathlib import Path
@@ -192,7 +203,7 @@ def cmd_bench(a) -> int:
         raise ModelfleetError("--url needs --model and --out (or leave --url out to benchmark the fleet)")
     levels = bench.sweep_levels(a.max_concurrency, a.levels)
     cfg = bench_client.default_config()
-    cfg.update(base_url=a.url.rstrip("/"), model=a.model, api_key=a.api_key or "", endpoint=a.endpoint,
+    cfg.update(base_url=a.url.rstrip("/"), model=a.model, api_key=_api_key(a), endpoint=a.endpoint,
                input_len=a.input_len, output_len=a.output_len, vocab_size=a.vocab_size, warmup=a.warmup,
                processes=a.processes, seed=a.seed, goodput_ttft_ms=a.goodput_ttft_ms,
                goodput_tpot_ms=a.goodput_tpot_ms)
@@ -409,7 +420,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="concurrency sweep against an endpoint (--url) or every host of the fleet")
     p.add_argument("--url", default=None, help="base URL, e.g. http://127.0.0.1:8000 (without it: the fleet)")
     p.add_argument("--model", default=None, help="served model name (with --url)")
-    p.add_argument("--api-key", default=None)
+    p.add_argument("--api-key-file", default=None, metavar="PATH",
+                   help="a file holding the API key (mode 0600 or stricter); or set MODELFLEET_API_KEY. A key is "
+                        "never taken on the command line, where every user sees it in ps")
     p.add_argument("--endpoint", choices=["completions", "chat"], default="completions")
     p.add_argument("--input-len", type=int, default=128)
     p.add_argument("--output-len", type=int, default=128)
