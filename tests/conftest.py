@@ -64,3 +64,28 @@ def vllm_server(tmp_path_factory, tiny_model):
     srv = start_vllm(tiny_model, "tiny-llama", logs)
     yield srv
     srv.stop()
+
+
+BAD_INPUT_AREAS = {"test_cli": "CLI", "test_module": "modules run as modules", "test_fleet_file": "fleet files",
+                   "test_profile": "profiles", "test_unit_rendering": "unit rendering"}
+
+
+def pytest_terminal_summary(terminalreporter):
+    """The bad-input suite's cases per area and outcome (issue 19), also under pytest-xdist."""
+    counts: dict = {}
+    for outcome in ("passed", "failed", "skipped", "error"):
+        for rep in terminalreporter.stats.get(outcome, []):
+            nodeid = getattr(rep, "nodeid", "")
+            if "test_bad_input.py::" not in nodeid or getattr(rep, "when", "call") not in ("call", "setup"):
+                continue
+            if rep.when == "setup" and outcome == "passed":
+                continue
+            func = nodeid.split("::", 1)[1].split("[", 1)[0]
+            area = BAD_INPUT_AREAS.get(func, func)
+            counts.setdefault(area, {}).setdefault(outcome, 0)
+            counts[area][outcome] += 1
+    if counts:
+        total = sum(sum(v.values()) for v in counts.values())
+        terminalreporter.write_sep("-", f"bad-input suite: {total} cases")
+        for area, by in sorted(counts.items()):
+            terminalreporter.write_line(f"  {area:24s} " + ", ".join(f"{n} {o}" for o, n in sorted(by.items())))

@@ -73,8 +73,8 @@ def cmd_plan(a) -> int:
 
     if a.gpus < 1:
         raise ModelfleetError(f"--gpus must be >= 1, got {a.gpus}")
-    if a.gpu_memory_gib <= 0:
-        raise ModelfleetError(f"--gpu-memory-gib must be > 0, got {a.gpu_memory_gib}")
+    if not 0 < a.gpu_memory_gib < 1e6:  # also NaN and infinities
+        raise ModelfleetError(f"--gpu-memory-gib must be a number of GiB > 0 (e.g. 96), got {a.gpu_memory_gib}")
     profile = load_profile(a.profile, str(PROFILES_DIR)) if a.profile else None
     facts = _inspect_source(a.source, a.revision, a.endpoint)
     gpus = {"count": a.gpus, "memory_bytes": int(a.gpu_memory_gib * GiB), "interconnect": a.interconnect,
@@ -368,10 +368,15 @@ def cmd_demo(a) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="modelfleet", description=__doc__.splitlines()[0])
+    # no abbreviations: `--api-key` must not silently mean `--api-key-file`, nor `--del` mean `--delete`
+    ap = argparse.ArgumentParser(prog="modelfleet", description=__doc__.splitlines()[0], allow_abbrev=False)
     ap.add_argument("--version", action="version", version=f"modelfleet {__version__}")
     sub = ap.add_subparsers(dest="command")
-    p = sub.add_parser("inspect", help="facts about a checkpoint (local dir or hub repo), headers only")
+
+    def add(name, **kw):
+        return sub.add_parser(name, allow_abbrev=False, **kw)
+
+    p = add("inspect", help="facts about a checkpoint (local dir or hub repo), headers only")
     p.add_argument("source", help="a local checkpoint directory or a hub repo id (org/name)")
     p.add_argument("--revision", help="branch, tag or commit (hub); default main")
     p.add_argument("--endpoint", help="hub endpoint (default: HF_ENDPOINT or the public hub)")
@@ -379,7 +384,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_inspect)
 
-    p = sub.add_parser("plan", help="TP/EP and KV-cache room for a checkpoint on given GPUs")
+    p = add("plan", help="TP/EP and KV-cache room for a checkpoint on given GPUs")
     p.add_argument("source", help="a local checkpoint directory or a hub repo id (org/name)")
     p.add_argument("--gpus", type=int, required=True, help="GPU count")
     p.add_argument("--gpu-memory-gib", type=float, required=True, help="memory of each GPU, GiB")
@@ -395,7 +400,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan)
 
-    p = sub.add_parser("plan-disk", help="which model directories to delete to make room (deletes nothing)")
+    p = add("plan-disk", help="which model directories to delete to make room (deletes nothing)")
     p.add_argument("--root", required=True, help="the models root")
     p.add_argument("--need-bytes", required=True, help="bytes needed: an integer, or e.g. 595GB / 554GiB")
     p.add_argument("--headroom-bytes", default="0")
@@ -410,14 +415,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_plan_disk)
 
-    p = sub.add_parser("report", help="JSON/CSV/PNG/HTML reports from benchmark results, or a comparison")
+    p = add("report", help="JSON/CSV/PNG/HTML reports from benchmark results, or a comparison")
     p.add_argument("sources", nargs="+", help="result JSON files (or, with --compare, folders of them)")
     p.add_argument("--out", required=True, help="output folder")
     p.add_argument("--compare", action="store_true", help="one comparison table across all results")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("bench", help="concurrency sweep against an endpoint (--url) or every host of the fleet")
+    p = add("bench", help="concurrency sweep against an endpoint (--url) or every host of the fleet")
     p.add_argument("--url", default=None, help="base URL, e.g. http://127.0.0.1:8000 (without it: the fleet)")
     p.add_argument("--model", default=None, help="served model name (with --url)")
     p.add_argument("--api-key-file", default=None, metavar="PATH",
@@ -455,18 +460,18 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="the run result as JSON (no live display)")
         p.add_argument("--progress", action="store_true", help="live display even when not on a terminal")
 
-    p = sub.add_parser("deploy", help="deploy a profile on the fleet (canary first); --check prints the plan")
+    p = add("deploy", help="deploy a profile on the fleet (canary first); --check prints the plan")
     p.add_argument("profile", help="a profile name from profiles/")
     p.add_argument("--check", action="store_true", help="Ansible check mode: show what would change, change nothing")
     p.add_argument("--playbook", default="deploy_model.yml", help="deploy_model.yml or one that imports it")
     fleet_args(p)
     p.set_defaults(func=cmd_deploy)
 
-    p = sub.add_parser("status", help="what each host serves: units, revision, models on disk, last benchmark")
+    p = add("status", help="what each host serves: units, revision, models on disk, last benchmark")
     fleet_args(p)
     p.set_defaults(func=cmd_status)
 
-    p = sub.add_parser("demo", help="the local fleet demo (scripts/demo.sh)")
+    p = add("demo", help="the local fleet demo (scripts/demo.sh)")
     p.add_argument("args", nargs="*")
     p.set_defaults(func=cmd_demo)
     return ap
@@ -483,6 +488,18 @@ def main(argv: list[str] | None = None) -> int:
     except (ModelfleetError, InventoryError, FileNotFoundError) as e:
         print(f"modelfleet {a.command}: error: {e}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print(f"modelfleet {a.command}: interrupted", file=sys.stderr)
+        return 130
+    except Exception as e:  # a bug: one line for the user, the traceback on request
+        import os
+        import traceback
+
+        if os.environ.get("MODELFLEET_DEBUG"):
+            traceback.print_exc()
+        print(f"modelfleet {a.command}: internal error: {type(e).__name__}: {e} (a modelfleet bug: please report "
+              "it with the command line; MODELFLEET_DEBUG=1 prints the traceback)", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

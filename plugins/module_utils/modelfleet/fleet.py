@@ -238,6 +238,12 @@ def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> di
         if name in names:
             ctx.fail(wp + ("name",), f"duplicate wave name {name}")
         names.add(name)
+        serial = w.get("serial")
+        if serial is not None and not (
+                (isinstance(serial, int) and not isinstance(serial, bool) and serial >= 1)
+                or (isinstance(serial, str) and re.match(r"^(100|[1-9][0-9]?)%\Z", serial))):
+            ctx.fail(wp + ("serial",), f"wave {name}: serial must be a number of hosts >= 1 or a percentage "
+                                       f"such as '25%', got {serial!r}")
         if w.get("canary") and i != 0:
             ctx.fail(wp + ("canary",), f"only the first wave can be the canary ({name} is wave {i + 1})")
         members = w.get("hosts")

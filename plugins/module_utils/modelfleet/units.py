@@ -69,7 +69,9 @@ def parse_size(value) -> int:
         if abs(x) > Decimal(MAX_SIZE):
             raise ValueError(f"size {value!r} is larger than any disk ({HELP})")
         exact = x * units[suffix]
-        n = int(exact.to_integral_value())
+        if exact != exact.to_integral_value():
+            raise ValueError(f"a byte count must be whole: {value!r} ({HELP})")
+        n = int(exact)
     if n < 0:
         raise ValueError(f"a size cannot be negative: {value!r} ({HELP})")
     if n > MAX_SIZE:
