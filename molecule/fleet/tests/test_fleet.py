@@ -152,3 +152,121 @@ def test_deploy_record_is_root_only_and_matches_the_unit(host):
     assert rec["unit_sha256"] == hashlib.sha256(unit_bytes).hexdigest()
     # only the digest of the inputs is kept: no profile, no variables (they may hold a token)
     assert "variables" not in rec_file.content_string and "hf_fetch_endpoint" not in rec_file.content_string
+
+
+# --- carried over from molecule/vllm_service (the role's own checks, now on the fleet's hosts) ---
+
+def _url(host):
+    return f"http://127.0.0.1:{PORTS[_name(host)]}"
+
+
+def _complete(host):
+    body = json.dumps({"model": "tiny-llama", "prompt": "the fleet", "max_tokens": 5})
+    out = host.run(f"curl -fsS {_url(host)}/v1/completions -H 'Content-Type: application/json' -d '{body}'")
+    assert out.rc == 0, out.stderr
+    return json.loads(out.stdout)
+
+
+def test_runs_as_the_service_user_and_listens_on_loopback(host):
+    assert _models(host) == ["tiny-llama"]
+    pid = host.run(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+    assert host.process.get(pid=int(pid)).user == "modelfleet-vllm"
+    assert host.socket(f"tcp://127.0.0.1:{PORTS[_name(host)]}").is_listening
+    assert not host.socket(f"tcp://0.0.0.0:{PORTS[_name(host)]}").is_listening
+    env = host.file("/etc/modelfleet/tiny-llama.env")
+    assert env.mode == 0o600 and env.user == "root"
+    assert "HF_TOKEN" not in env.content_string  # the server runs offline: no hub credential (issue 19)
+
+
+def test_hardening_exposure(host):
+    out = host.run(f"systemd-analyze security {UNIT}").stdout
+    exposure = float(re.search(r"Overall exposure level for \S+: ([\d.]+)", out).group(1))
+    print(f"{_name(host)}: systemd-analyze security exposure of the live unit: {exposure}")
+    assert exposure <= 4.0
+
+
+def test_every_cache_of_the_live_unit_is_in_its_writable_folder(host):
+    """Issue 27 on a real systemd: the unit's environment puts every cache under its ReadWritePaths."""
+    env = host.run(f"systemctl show -p Environment --value {UNIT}").stdout.split()
+    rw = host.run(f"systemctl show -p ReadWritePaths --value {UNIT}").stdout.split()
+    cache = "/var/cache/modelfleet/vllm/tiny-llama"
+    assert rw == [cache], rw
+    got = dict(e.split("=", 1) for e in env)
+    for name in ("HOME", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT",
+                 "CUDA_CACHE_PATH", "FLASHINFER_WORKSPACE_BASE"):
+        assert got[name] == cache or got[name].startswith(cache + "/"), (name, got.get(name))
+
+
+def test_real_completion(host):
+    assert _models(host) == ["tiny-llama"]
+    r = _complete(host)
+    assert r["usage"]["completion_tokens"] == 5 and r["choices"][0]["text"]
+
+
+def test_benchmark_role_wrote_results_and_reports(host):
+    from pathlib import Path
+
+    outcome = json.loads(host.run("cat /var/lib/modelfleet/bench/done/tiny-llama@*.json").stdout)
+    assert outcome["levels"] == [1, 2]
+    assert [p["max_concurrency"] for p in outcome["points"]] == [1, 2]
+    for p in outcome["points"]:
+        assert p["output_throughput"] > 0
+        if p["valid"]:
+            assert p["reconcile_diff"] <= 0.02
+    assert outcome["headline"]["single_stream_output_tok_s"] > 0
+    on_host = json.loads(host.file(outcome["host_result"]).content_string)
+    assert on_host["provenance"]["unit"] == UNIT and on_host["provenance"]["vllm_version"].startswith("vllm")
+    assert on_host["provenance"]["server_environment"]["VLLM_TARGET_DEVICE"] == "cpu"
+    assert "VLLM_API_KEY" not in on_host["provenance"]["server_environment"]
+    reports = Path(EPHEMERAL) / "bench"
+    name = f"{_name(host)}--tiny-llama"
+    for ext in ("json", "csv", "png", "html"):
+        assert (reports / f"{name}.{ext}").stat().st_size > 200, ext
+    assert name in (reports / "comparison.md").read_text()
+
+
+def test_swap_stopped_the_first_model_before_starting_the_second(host):
+    """The MiniMax -> Kimi shape: tiny-llama-b was stopped before tiny-llama started on the same port. On
+    fleet-2, whose tiny-llama unit started exactly once (fleet-1 rolled back and is killed below, fleet-3 was
+    stopped by hand and repaired)."""
+    if _name(host) != "fleet-2":
+        return
+
+    def mono(unit, prop):
+        return int(host.run(f"systemctl show -p {prop} --value {unit}").stdout.strip() or 0)
+
+    stopped = mono(OTHER, "InactiveEnterTimestampMonotonic")
+    started = mono(UNIT, "ExecMainStartTimestampMonotonic")
+    assert 0 < stopped <= started, (stopped, started)
+    assert not host.service(OTHER).is_running
+
+
+def test_the_canary_rollback_says_why_and_serves_again(host):
+    if _name(host) != "fleet-1":
+        return
+    raw = " ".join(_plain(open(os.path.join(EPHEMERAL, "broken.out")).read()).split())
+    assert "no-such-vllm-flag" in raw or "unrecognized arguments" in raw  # the journal says why
+    assert "--no-such-vllm-flag" not in host.file(f"/etc/systemd/system/{UNIT}").content_string
+    assert _models(host) == ["tiny-llama"] and host.service(UNIT).is_running
+
+
+def test_kill_9_of_the_engine_recovers_by_itself(host):
+    """Last, and on the canary only: the other hosts' NRestarts are checked above to be 0."""
+    if _name(host) != "fleet-1":
+        return
+    assert _models(host) == ["tiny-llama"]
+    pid = host.run(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+    before = int(host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip())
+    host.run(f"kill -9 {pid}")
+    t = time.monotonic()
+    time.sleep(2)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        new = host.run(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+        if new not in ("0", pid) and host.run(f"curl -fsS {_url(host)}/v1/models").rc == 0:
+            break
+        time.sleep(2)
+    print(f"healthy again {time.monotonic() - t:.0f} s after kill -9 of the engine (pid {pid})")
+    after = int(host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip())
+    assert after == before + 1
+    assert _complete(host)["usage"]["completion_tokens"] == 5
