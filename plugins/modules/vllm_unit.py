@@ -41,6 +41,13 @@ options:
         VLLM_CACHE_ROOT, CUDA_CACHE_PATH, FLASHINFER_WORKSPACE_BASE, ...) is pointed inside it.
     type: str
     required: true
+  allowed_networks:
+    description:
+      - Networks the server may exchange traffic with besides loopback (IPAddressAllow=; everything else is
+        denied). Required when I(host) is not loopback.
+    type: list
+    elements: str
+    default: []
   extra_environment:
     description:
       - More variables for the server (vllm_service_environment). Names must match [A-Za-z_][A-Za-z0-9_]*,
@@ -73,6 +80,7 @@ environment: {description: Every variable the unit sets, in order., returned: su
 environment_lines: {description: The Environment= values, quoted by systemd's rules., returned: success, type: list, elements: str}
 read_only_paths: {description: The ReadOnlyPaths= value (the model folder, quoted by systemd's rules)., returned: success, type: str}
 read_write_paths: {description: The ReadWritePaths= value (the cache folder)., returned: success, type: str}
+ip_address_allow: {description: IPAddressAllow= entries (loopback plus allowed_networks)., returned: success, type: list, elements: str}
 """
 
 import shlex
@@ -80,6 +88,7 @@ import shlex
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 from ansible.module_utils.modelfleet.vllm_unit import (
+    allowed_networks,
     check_api_key,
     environment_assignment,
     exec_lines,
@@ -109,6 +118,7 @@ def main():
             "base_seconds": {"type": "int", "default": 180},
             "cache_dir": {"type": "str", "required": True},
             "extra_environment": {"type": "dict", "default": {}},
+            "allowed_networks": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
@@ -125,12 +135,13 @@ def main():
         exec_start = exec_lines(argv)
         ro_paths = path_setting(p["model_dir"], "model folder")
         rw_paths = path_setting(env["HOME"], "cache folder")
+        ip_allow = allowed_networks(p["host"], p["allowed_networks"])
     except (ModelfleetError, KeyError) as e:
         module.fail_json(msg=f"vllm_unit: {e}")
     module.exit_json(changed=False, argv=argv, exec_start=exec_start, unit=unit,
                      timeout_start_seconds=timeout, command_line=" ".join(shlex.quote(a) for a in argv),
                      cache_dir=env["HOME"], environment=env, environment_lines=env_lines,
-                     read_only_paths=ro_paths, read_write_paths=rw_paths)
+                     read_only_paths=ro_paths, read_write_paths=rw_paths, ip_address_allow=ip_allow)
 
 
 if __name__ == "__main__":

@@ -425,6 +425,9 @@ UNIT_CASES = [
     (vllm_unit.check_api_key, ('ab"c',), ("vllm_service_api_key",)),
     (vllm_unit.check_api_key, ("$(id)",), ("vllm_service_api_key",)),
     (vllm_unit.start_timeout_seconds, (10, -1), ("load rate",)),
+    (vllm_unit.allowed_networks, ("0.0.0.0", []), ("vllm_service_allowed_networks is empty", "10.0.0.0/16")),
+    (vllm_unit.allowed_networks, ("0.0.0.0", ["banana"]), ("vllm_service_allowed_networks", "not a network")),
+    (vllm_unit.allowed_networks, ("0.0.0.0", ["10.0.0.0/99"]), ("not a network",)),
 ]
 
 

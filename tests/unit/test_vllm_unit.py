@@ -192,3 +192,16 @@ def test_path_settings_read_back_as_the_path(path, word):
 def test_exec_start_argument_with_a_newline_refused():
     with pytest.raises(ServeError, match="newline"):
         systemd_quote("--served-model-name=x\nExecStartPre=+/bin/sh")
+
+
+def test_traffic_allowed_only_with_loopback_and_the_configured_networks():
+    from ansible.module_utils.modelfleet.vllm_unit import allowed_networks
+
+    assert allowed_networks("127.0.0.1", []) == ["localhost"]
+    assert allowed_networks("0.0.0.0", ["10.0.0.0/16", "fd00::/64 "]) == ["localhost", "10.0.0.0/16", "fd00::/64"]
+    assert allowed_networks("0.0.0.0", ["10.0.0.7/16"]) == ["localhost", "10.0.0.0/16"]
+    with pytest.raises(ServeError, match="vllm_service_allowed_networks is empty"):
+        allowed_networks("0.0.0.0", [])
+    for bad in ("banana", "10.0.0.0/40", "10.0.0.0/16\nUser=root", 5):
+        with pytest.raises(ServeError, match="vllm_service_allowed_networks"):
+            allowed_networks("0.0.0.0", [bad])

@@ -15,9 +15,9 @@ UNIT = "modelfleet-vllm@tiny-llama.service"
 OTHER = "modelfleet-vllm@tiny-llama-b.service"
 EPHEMERAL = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "")
 RECORD = "/var/lib/modelfleet/deployed/tiny-llama.json"
-# check, converge, idempotence, swap, full re-run, drift re-run, broken: each run's preflight reads the
-# small files once on the controller
-DEPLOY_RUNS = 7
+# check, converge, idempotence, swap, full re-run, drift re-run, newline (refused after the preflight's
+# inspection), broken: each run's preflight reads the small files once on the controller
+DEPLOY_RUNS = 8
 
 
 def _name(host):
@@ -139,6 +139,18 @@ def test_drift_rerun_skipped_the_current_hosts_and_repaired_fleet_3():
     why = _said(out, "fleet-3", "full path:")
     assert why and "modelfleet-vllm@tiny-llama.service is not active" in why[0], why
     assert "failed=0" in recap["fleet-3"] and "changed=0" not in recap["fleet-3"], recap["fleet-3"]
+
+
+def test_a_unit_value_with_a_newline_was_refused_before_anything_was_written(host):
+    """Issue 19: an environment value with a newline (which would have added User=root and an ExecStartPre to
+    the unit) fails the controller's preflight by name; no play reaches a host, no unit file holds it."""
+    raw = _plain(open(os.path.join(EPHEMERAL, "newline.out")).read())
+    out = " ".join(raw.split())
+    assert "INJECTED contains a newline" in out, out[-2000:]
+    assert "PLAY [Canary wave" not in out and "PLAY [Switch" not in out
+    assert "changed=" not in "".join(v for k, v in _recap(raw).items()) or all(
+        "changed=0" in v for v in _recap(raw).values())
+    assert host.run("grep -rl INJECTED /etc/systemd/system /etc/modelfleet").stdout.strip() == ""
 
 
 def test_deploy_record_is_root_only_and_matches_the_unit(host):

@@ -168,6 +168,27 @@ def path_setting(path: str, what: str) -> str:
     return a
 
 
+def allowed_networks(host: str, networks) -> list[str]:
+    """IPAddressAllow= for the unit (IPAddressDeny=any is set beside it): loopback always, plus the given
+    networks (clients, and for multi-host groups the members' segment). The server runs the repository's own
+    code (trust_remote_code) and needs no other egress. A listener that is not loopback with no network
+    allowed would answer nobody: refused, naming the variable."""
+    out = ["localhost"]
+    for n in networks or []:
+        if not isinstance(n, str):
+            raise ServeError(f"vllm_service_allowed_networks: {n!r} is not a network (e.g. 10.0.0.0/16)")
+        try:
+            out.append(str(ipaddress.ip_network(n.strip(), strict=False)))
+        except ValueError:
+            raise ServeError(f"vllm_service_allowed_networks: {n!r} is not a network (e.g. 10.0.0.0/16, "
+                             "fd00::/64)") from None
+    if not is_loopback(host) and len(out) == 1:
+        raise ServeError(f"host {host} is not loopback but vllm_service_allowed_networks is empty: the unit only "
+                         "lets loopback traffic through (IPAddressDeny=any); list the client networks "
+                         "(e.g. [10.0.0.0/16])")
+    return out
+
+
 def check_api_key(key: str) -> None:
     """The API key goes into the root-only EnvironmentFile as `VLLM_API_KEY=<key>`: one literal assignment
     only when it is printable ASCII without blanks, quotes, backslash or '$' (systemd would unquote, unescape
