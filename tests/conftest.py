@@ -61,7 +61,7 @@ def vllm_server(tmp_path_factory, tiny_model):
     from modelfleet.harness.servers import start_vllm
 
     logs = tmp_path_factory.mktemp("vllm")
-    srv = start_vllm(tiny_model, "tiny-llama", logs, extra_args=["--enforce-eager"])  # as the tiny profiles
+    srv = start_vllm(tiny_model, "tiny-llama", logs)
     yield srv
     srv.stop()
 

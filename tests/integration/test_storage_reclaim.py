@@ -102,7 +102,7 @@ def test_lock_held_by_another_run(root, tmp_path):
 
 @pytest.mark.parametrize("kw,needle", [
     ({"root": "/nonexistent-models"}, "does not exist"),
-    ({"required_bytes": -1}, "must be >= 0"),
+    ({"required_bytes": -1}, "cannot be negative"),
     ({"required_bytes": "a lot"}, "not a size"),
     ({"protected": ["/etc"]}, "outside the models root"),
 ])
