@@ -36,7 +36,11 @@ def _models(host, timeout=600):
 
 
 def test_check_mode_on_the_fresh_fleet_changed_nothing(host):
-    assert host.file("/root/after_check_mode.txt").content_string.strip() == ""
+    """What a deploy creates (venv, model folders, units) is the same before and after the check-mode run: the
+    serving image already holds the vLLM venv; no model and no unit exist on the fresh fleet."""
+    before = host.file("/root/before_check_mode.txt").content_string.strip()
+    assert host.file("/root/after_check_mode.txt").content_string.strip() == before
+    assert before in ("", "/opt/modelfleet/vllm"), before
 
 
 def test_every_host_serves_tiny_llama_after_the_swap_and_the_failed_rollout(host):
