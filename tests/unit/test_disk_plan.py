@@ -72,9 +72,7 @@ def _resolver(links):
     return realpath
 
 
-# MODELFLEET_PROPERTY_EXAMPLES lowers it for mutation testing (scripts/mutation.sh), where every mutant reruns it
-@settings(max_examples=int(os.environ.get("MODELFLEET_PROPERTY_EXAMPLES", "10000")), deadline=None,
-          suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trees())
 def test_no_plan_ever_deletes_a_forbidden_path(t):
     rp = _resolver(t["links"])
