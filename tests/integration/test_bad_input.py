@@ -19,22 +19,14 @@ from ansible.module_utils.modelfleet import fleet, profiles, vllm_unit
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 from ansible.module_utils.modelfleet.safetensors_header import encode_header
 
+from tests.fs_snapshot import snapshot
+
 pytestmark = [pytest.mark.integration]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = {p.stem for p in (ROOT / "profiles").glob("*.yml")}
 REV = "0123456789abcdef0123456789abcdef01234567"
 TRACE = re.compile(r"Traceback \(most recent call last\)|^\s+File \".*\", line \d+", re.M)
-
-
-def snapshot(top: Path) -> dict:
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
-        for n in dirnames + filenames:
-            p = os.path.join(dirpath, n)
-            st = os.lstat(p)
-            out[p] = (st.st_ino, st.st_size, st.st_mode) if not os.path.isdir(p) or os.path.islink(p) else st.st_ino
-    return out
 
 
 def sandbox(tmp: Path) -> dict:

@@ -25,6 +25,8 @@ from ansible.module_utils.modelfleet.errors import DiskPlanError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.fs_snapshot import snapshot
+
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("storage-safety")]
 REV = "c" * 40
 
@@ -58,30 +60,6 @@ def make_model(path, size=4096, marker=True):
     if marker:
         (path / ".modelfleet").mkdir(exist_ok=True)
         (path / ".modelfleet" / "complete").touch()
-
-
-def snapshot(top) -> dict:
-    """Every inode under `top` (symlinks not followed): path -> (dev, ino, size, mtime_ns, link target) for
-    files and links; (dev, ino) for folders (their size and mtime move when an entry in them goes)."""
-    out = {}
-    for dirpath, dirnames, filenames in os.walk(top, followlinks=False):
-        for n in dirnames + filenames:
-            p = os.path.join(dirpath, n)
-            st = os.lstat(p)
-            if os.path.isdir(p) and not os.path.islink(p):
-                out[p] = (st.st_dev, st.st_ino)
-            else:
-                out[p] = (st.st_dev, st.st_ino, st.st_size, st.st_mtime_ns,
-                          os.readlink(p) if os.path.islink(p) else None)
-    return out
-
-
-def apply(plan, root, key="delete"):
-    """Delete what the plan says, as storage_reclaim does (expect the planned device and inode)."""
-    freed = 0
-    for d in plan[key]:
-        freed += delete_model_dir(str(root), d["path"], expect=(d["dev"], d["ino"]))
-    return freed
 
 
 # ------------------------------------------------------------------------------------------ the root
@@ -253,46 +231,44 @@ def test_real_planner_and_deletion_touch_nothing_they_must_not(fs, t):
 
 
 # ------------------------------------------------------------------------------------------ races
-def test_parent_swapped_for_a_symlink_between_plan_and_delete(area):
-    root, out = area / "models", area / "outside"
+def _plan_one(area):
+    """A root with one model, planned for deletion after verification: (root, the planned entry)."""
+    root = area / "models"
     make_model(root / "org--m" / REV)
-    make_model(out / "org--m" / REV)  # same layout outside: a path-string deleter would follow the link
-    plan = plan_host(root=str(root), required_bytes=0, explicit=[str(root / "org--m" / REV)], read_units=False,
-                     defer_explicit=True)
+    plan = plan_host(root=str(root), required_bytes=0, explicit=[str(root / "org--m" / REV)], read_units=False)
     (d,) = plan["delete_after_verify"]
-    os.rename(root / "org--m", area / "moved-away")
-    (root / "org--m").symlink_to(out / "org--m")
+    return root, d
+
+
+def _refused_without_a_trace(area, root, d, match):
     before = snapshot(area)
-    with pytest.raises(DiskPlanError, match="without symlinks"):
+    with pytest.raises(DiskPlanError, match=match):
         delete_model_dir(str(root), d["path"], expect=(d["dev"], d["ino"]))
     assert snapshot(area) == before
+
+
+def test_parent_swapped_for_a_symlink_between_plan_and_delete(area):
+    out = area / "outside"
+    make_model(out / "org--m" / REV)  # same layout outside: a path-string deleter would follow the link
+    root, d = _plan_one(area)
+    os.rename(root / "org--m", area / "moved-away")
+    (root / "org--m").symlink_to(out / "org--m")
+    _refused_without_a_trace(area, root, d, "without symlinks")
     assert (out / "org--m" / REV / ".modelfleet" / "complete").exists()
 
 
 def test_target_replaced_between_plan_and_delete(area):
-    root = area / "models"
-    make_model(root / "org--m" / REV)
-    plan = plan_host(root=str(root), required_bytes=0, explicit=[str(root / "org--m" / REV)], read_units=False)
-    (d,) = plan["delete_after_verify"]
+    root, d = _plan_one(area)
     os.rename(root / "org--m" / REV, area / "planned-one")
     make_model(root / "org--m" / REV)  # another folder under the same name (a new download, say)
-    before = snapshot(area)
-    with pytest.raises(DiskPlanError, match="changed since it was planned"):
-        delete_model_dir(str(root), d["path"], expect=(d["dev"], d["ino"]))
-    assert snapshot(area) == before
+    _refused_without_a_trace(area, root, d, "changed since it was planned")
 
 
 def test_root_swapped_for_a_symlink(area):
-    root = area / "models"
-    make_model(root / "org--m" / REV)
-    plan = plan_host(root=str(root), required_bytes=0, explicit=[str(root / "org--m" / REV)], read_units=False)
-    (d,) = plan["delete_after_verify"]
+    root, d = _plan_one(area)
     os.rename(root, area / "real-models")
     (area / "models").symlink_to(area / "real-models")
-    before = snapshot(area)
-    with pytest.raises(DiskPlanError, match="cannot be opened without following a symlink"):
-        delete_model_dir(str(root), d["path"], expect=(d["dev"], d["ino"]))
-    assert snapshot(area) == before
+    _refused_without_a_trace(area, root, d, "cannot be opened without following a symlink")
 
 
 # ------------------------------------------------------------------------------------------ in use

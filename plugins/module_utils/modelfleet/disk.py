@@ -192,7 +192,7 @@ def list_model_dirs(root: str) -> list[dict]:
             continue
         p = os.path.join(root, entry)
         if os.path.islink(p):
-            out.append({**_entry(p, None), "model": False, "evidence": None})
+            out.append(_entry(p, None))
             continue
         if not os.path.isdir(p):
             continue

@@ -233,8 +233,8 @@ def in_use(root: str, folders: list[str], *, read_units: bool = True, read_proce
         sources += process_sources(root_real, proc)
     found, seen = [], set()
     for f in folders:
-        names = {f, os.path.realpath(f)}
-        hits = references(sources, sorted(names), root) + references(sources, [os.path.realpath(f)], root_real)
+        rf = os.path.realpath(f)  # a source may name the folder as given or as resolved
+        hits = references(sources, [rf], root_real) + (references(sources, [f], root) if f != rf else [])
         for h in hits:
             key = (f, h["kind"], h["name"])
             if key not in seen:

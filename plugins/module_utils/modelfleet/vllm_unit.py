@@ -162,10 +162,7 @@ def path_setting(path: str, what: str) -> str:
     if not isinstance(path, str) or not path.startswith("/"):
         raise ServeError(f"{what} {path!r} must be an absolute path")
     _refuse_unsafe(what, path)
-    a = path.replace("%", "%%")
-    if re.search(r"[\s\"'\\]", a):
-        a = '"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return a
+    return _systemd_word(path)
 
 
 def allowed_networks(host: str, networks) -> list[str]:
@@ -226,16 +223,20 @@ def environment_assignment(key: str, value: str) -> str:
     if not ENV_KEY.match(key):
         raise ServeError(f"{key!r} is not an environment variable name")
     _refuse_unsafe(key, value)
-    a = f"{key}={value}".replace("%", "%%")
-    if re.search(r"[\s\"'\\]", a):
-        a = '"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"'
-    return a
+    return _systemd_word(f"{key}={value}")
 
 
 def systemd_quote(arg: str) -> str:
     """Quote one ExecStart argument for systemd (spaces, quotes, specifiers and variables)."""
     _refuse_unsafe(f"server argument {arg!r}", arg)
-    a = arg.replace("%", "%%").replace("$", "$$")
+    return _systemd_word(arg.replace("$", "$$"))
+
+
+def _systemd_word(text: str) -> str:
+    """One word by systemd's unquoting rules (checked values only: no control characters): specifiers escaped,
+    the word double-quoted with backslashes and quotes escaped when it holds blanks, quotes, a backslash or
+    ';' (a command separator in Exec lines)."""
+    a = text.replace("%", "%%")
     if re.search(r"[\s\"'\\;]", a):
         a = '"' + a.replace("\\", "\\\\").replace('"', '\\"') + '"'
     return a
