@@ -48,7 +48,7 @@ python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
   || die "python3 >= 3.11 is required (found $(python3 -V 2>&1)); install Debian 12's python3"
 
 # ---- Debian packages --------------------------------------------------------------------------
-debs=(podman runc debootstrap rsync python3-venv uidmap slirp4netns fuse-overlayfs)
+debs=(podman runc debootstrap rsync openssh-client python3-venv uidmap slirp4netns fuse-overlayfs)
 missing=()
 for p in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -58,7 +58,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     die "apt-get could not install: ${missing[*]} (log: $cache/apt.log); check the Debian mirror in /etc/apt/sources.list*"
   fi
 fi
-for t in podman runc debootstrap rsync; do command -v "$t" >/dev/null || die "$t is still missing after apt-get; install it: apt-get install $t"; done
+for t in podman runc debootstrap rsync ssh ssh-keygen; do command -v "$t" >/dev/null || die "$t is still missing after apt-get; install it: apt-get install $t"; done
 
 # ---- project venv -----------------------------------------------------------------------------
 venv="$root/.venv"
@@ -95,6 +95,14 @@ default_ulimits = ["nofile=16384:16384", "nproc=32768:32768"]
 [engine]
 runtime = "runc"
 CONF
+fi
+
+# ---- the harness's SSH key (the test hosts accept it; it reaches only containers on loopback) ------
+if [ ! -s "$cache/ssh/id_ed25519.pub" ]; then
+  mkdir -p "$cache/ssh" && chmod 700 "$cache/ssh"
+  rm -f "$cache/ssh/id_ed25519" "$cache/ssh/id_ed25519.pub"
+  ssh-keygen -q -t ed25519 -N '' -C modelfleet-test-harness -f "$cache/ssh/id_ed25519" \
+    || die "ssh-keygen failed to write $cache/ssh/id_ed25519"
 fi
 
 # ---- host image ------------------------------------------------------------------------------

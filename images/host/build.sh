@@ -43,6 +43,20 @@ rm -f "$work/rootfs/etc/machine-id"; : >"$work/rootfs/etc/machine-id"
 for u in getty@tty1.service apt-daily.timer apt-daily-upgrade.timer e2scrub_reap.service systemd-timesyncd.service; do
   ln -sf /dev/null "$work/rootfs/etc/systemd/system/$u"
 done
+# sshd: every container makes its own host keys at first start (none baked into the image), and sshd starts
+# only in a container that is given /etc/ssh/sshd_config.d/modelfleet-listen.conf (its address and port:
+# scenarios run on the host network, where port 22 is not theirs); without that file ssh.service is
+# skipped by its condition, not failed.
+rm -f "$work/rootfs/etc/ssh/ssh_host_"*
+mkdir -p "$work/rootfs/etc/systemd/system/ssh.service.d"
+cat >"$work/rootfs/etc/systemd/system/ssh.service.d/modelfleet.conf" <<'UNIT'
+[Unit]
+ConditionPathExists=/etc/ssh/sshd_config.d/modelfleet-listen.conf
+[Service]
+ExecStartPre=
+ExecStartPre=/usr/bin/ssh-keygen -A
+ExecStartPre=/usr/sbin/sshd -t
+UNIT
 rm -rf "$work/rootfs/var/cache/apt/archives/"*.deb "$work/rootfs/var/lib/apt/lists/"*
 tar -C "$work/rootfs" -c . | podman import --change 'CMD ["/sbin/init"]' --change 'STOPSIGNAL SIGRTMIN+3' - "$tag" >/dev/null
 podman tag "$tag" "$name:latest"

@@ -74,6 +74,7 @@ EXAMPLES = r"""
 RETURN = r"""
 headline: {description: single_stream_output_tok_s, peak_output_tok_s, peak_concurrency., returned: success, type: dict}
 knee: {description: knee_concurrency, plateau_concurrency, cause, summary., returned: success, type: dict}
+headline_text: {description: The headline in one line (figures of invalid points are "not measured", with the reasons)., returned: success, type: str}
 points: {description: 'Per point - C, output tok/s, median TTFT/TPOT/E2E, valid, reasons.', returned: success, type: list}
 gate: {description: The baseline comparison when a baseline is given., returned: when baseline, type: dict}
 result_path: {description: The JSON written., returned: always, type: str}
@@ -193,7 +194,7 @@ def main():
                 benchmarked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(result["started_at"])))
     result["provenance"] = prov
     out = {"changed": True, "levels": levels, "result_path": p["result_path"], "headline": result["headline"],
-           "knee": result["knee"],
+           "knee": result["knee"], "headline_text": bench.headline_text(result),
            "points": [{"max_concurrency": x["max_concurrency"], "output_throughput": round(x["output_throughput"], 2),
                        "median_ttft_ms": round(x["median_ttft_ms"], 1), "median_tpot_ms": round(x["median_tpot_ms"], 2),
                        "median_e2el_ms": round(x["median_e2el_ms"], 1), "reconcile_diff": x["reconcile_diff"],

@@ -226,9 +226,7 @@ def cmd_bench(a) -> int:
     if a.json:
         print(json.dumps({"headline": result["headline"], "knee": result["knee"], "reports": paths}, indent=2))
     else:
-        h = result["headline"]
-        print(f"single stream {h['single_stream_output_tok_s'] or 0:.1f} tok/s, peak {h['peak_output_tok_s'] or 0:.1f}"
-              f" tok/s at C={h['peak_concurrency']}; {result['knee']['summary']}")
+        print(bench.headline_text(result))
         print(f"report: {paths['html']}")
     return 0 if all(p["valid"] for p in result["points"]) else 1
 

@@ -162,3 +162,18 @@ def test_headline_and_baseline_gate():
         bench.baseline_gate(h, {"peak_output_tok_s": 1}, 1.5)
     with pytest.raises(BenchError, match="neither"):
         bench.baseline_gate(h, {"other": 1}, 0.1)
+
+
+def test_headline_text_never_prints_an_invalid_point_as_a_figure():
+    bad = dict(pt(1, 500, 100, valid=False), invalid_reasons=["client CPU 97% busy: the client, not the server"])
+    pts = [bad, pt(2, 478.3, 300)]
+    result = {"points": pts, "headline": bench.headline(pts), "knee": bench.find_knee(pts)}
+    text = bench.headline_text(result)
+    assert text.startswith("single stream not measured, peak 478.3 tok/s at C=2;")
+    assert "invalid points (not counted): C=1: client CPU 97% busy" in text and "0.0" not in text
+    ok = [pt(1, 82, 100), pt(8, 2276, 300)]
+    text = bench.headline_text({"points": ok, "headline": bench.headline(ok), "knee": bench.find_knee(ok)})
+    assert text.startswith("single stream 82.0 tok/s, peak 2276.0 tok/s at C=8;") and "invalid" not in text
+    none = [dict(pt(1, 5, 100, valid=False), invalid_reasons=[])]
+    text = bench.headline_text({"points": none, "headline": bench.headline(none), "knee": bench.find_knee(none)})
+    assert text.startswith("single stream not measured, peak not measured;") and "C=1: invalid" in text

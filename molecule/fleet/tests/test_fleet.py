@@ -229,7 +229,17 @@ def test_benchmark_role_wrote_results_and_reports(host):
         assert p["output_throughput"] > 0
         if p["valid"]:
             assert p["reconcile_diff"] <= 0.02
-    assert outcome["headline"]["single_stream_output_tok_s"] > 0
+    # Three servers and their clients share two cores here: a client that finds itself starved marks its
+    # point invalid with the reason (the benchmark client's figures are checked alone on the machine by
+    # tests/integration/test_bench_vllm.py). The headline never counts an invalid point.
+    single = next(p for p in outcome["points"] if p["max_concurrency"] == 1)
+    if single["valid"]:
+        assert outcome["headline"]["single_stream_output_tok_s"] == single["output_throughput"] > 0
+    else:
+        assert single["invalid_reasons"] and outcome["headline"]["single_stream_output_tok_s"] is None
+        assert "single stream not measured" in outcome["headline_text"]
+    valid = [p["output_throughput"] for p in outcome["points"] if p["valid"]]
+    assert outcome["headline"]["peak_output_tok_s"] == (max(valid) if valid else None)
     on_host = json.loads(host.file(outcome["host_result"]).content_string)
     assert on_host["provenance"]["unit"] == UNIT and on_host["provenance"]["vllm_version"].startswith("vllm")
     assert on_host["provenance"]["server_environment"]["VLLM_TARGET_DEVICE"] == "cpu"

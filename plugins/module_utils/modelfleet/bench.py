@@ -288,6 +288,27 @@ def _cause(p: dict) -> tuple[str, str]:
     return "compute", "no requests waiting and KV room left: compute or interconnect bound"
 
 
+def headline_text(result: dict) -> str:
+    """One line for people: the headline figures, the knee, and which points are invalid and why. A figure
+    whose point is invalid is said to be unmeasured, never printed as 0."""
+    h, points = result["headline"], result["points"]
+    invalid = [p for p in points if not p.get("valid", True)]
+
+    def fig(v):
+        return "not measured" if v is None else f"{v:.1f} tok/s"
+
+    single = fig(h.get("single_stream_output_tok_s"))
+    peak = fig(h.get("peak_output_tok_s"))
+    if h.get("peak_concurrency") is not None:
+        peak += f" at C={h['peak_concurrency']}"
+    text = f"single stream {single}, peak {peak}; {result['knee']['summary']}"
+    if invalid:
+        why = "; ".join(f"C={p['max_concurrency']}: {', '.join(p.get('invalid_reasons') or ['invalid'])}"
+                        for p in invalid)
+        text += f"; invalid points (not counted): {why}"
+    return text
+
+
 def headline(points: list[dict]) -> dict:
     """The two figures users quote: single-stream output tok/s and the peak output tok/s of the sweep."""
     valid = [p for p in points if p.get("valid", True)]

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Mutation testing of the guard and validation code (issue 19), with mutmut (pinned in
+# requirements/mutation.txt): disk planning and deletion (disk.py), in-use discovery (in_use.py), the unit
+# and environment-file validators (vllm_unit.py) and fleet-file validation (fleet.py). Prints the score
+# and the surviving mutants; docs/safety.md explains the ones that are left. Not part of CI (it runs each
+# mutant against the tests that reach its function: minutes on two cores).
+#
+#   scripts/mutation.sh                 all four files
+#   scripts/mutation.sh disk.py         one of them
+#   MODELFLEET_MUTATION_JOBS=N          parallel mutants (default: the number of cores)
+#
+# How it maps the layout: mutmut names a mutant after its file's path (plugins/module_utils/... would be
+# "plugins.module_utils..."), while the code runs as ansible.module_utils.modelfleet.* (that is how Ansible
+# ships it to hosts and how the tests import it). So the files are staged as ansible/module_utils/modelfleet
+# in a work folder, and the tests' module_utils path (MODELFLEET_REPO/plugins/module_utils) points at
+# mutmut's mutated copy of that folder: the names agree, and the tests exercise the mutants.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+[ -x .venv/bin/python ] || { echo "scripts/mutation.sh: run scripts/setup.sh first (no .venv)" >&2; exit 2; }
+# shellcheck disable=SC1091
+source .venv/bin/activate
+pip install -q --disable-pip-version-check -r requirements/mutation.txt
+
+files=("$@")
+[ ${#files[@]} -gt 0 ] || files=(disk.py in_use.py vllm_unit.py fleet.py)
+for f in "${files[@]}"; do
+  [ -f "plugins/module_utils/modelfleet/$f" ] || { echo "scripts/mutation.sh: no plugins/module_utils/modelfleet/$f" >&2; exit 2; }
+done
+# The tests that check these rules in-process (a test that runs the code in a child process still runs, but
+# mutmut maps mutants to tests by what the test process itself calls).
+tests=(tests/unit/test_disk_plan.py tests/integration/test_storage_safety.py tests/unit/test_vllm_unit.py
+       tests/unit/test_fleet_inventory.py tests/integration/test_bad_input.py)
+
+work=${MODELFLEET_MUTATION_DIR:-/var/tmp/modelfleet-mutation}
+rm -rf "$work"
+mkdir -p "$work/ansible/module_utils" "$work/plugins" "$work/repo/plugins"
+cp -r plugins/module_utils/modelfleet "$work/ansible/module_utils/"
+for d in modules inventory lookup; do cp -r "plugins/$d" "$work/plugins/"; done
+cp -r tests src profiles inventory ansible.cfg "$work/"
+# what the tests' import path resolves to (src/modelfleet/_paths.py reads MODELFLEET_REPO)
+ln -s "$work/mutants/ansible/module_utils" "$work/repo/plugins/module_utils"
+ln -s "$root/profiles" "$work/repo/profiles"
+ln -s "$root/playbooks" "$work/repo/playbooks"
+
+toml_list() { local sep="" x; printf '['; for x in "$@"; do printf '%s"%s"' "$sep" "$x"; sep=", "; done; printf ']'; }
+mutate=()
+for f in "${files[@]}"; do mutate+=("ansible/module_utils/modelfleet/$f"); done
+cat >"$work/pyproject.toml" <<EOF
+[tool.mutmut]
+paths_to_mutate = $(toml_list "${mutate[@]}")
+also_copy = $(toml_list tests src profiles inventory ansible.cfg plugins ansible/module_utils/modelfleet)
+pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
+pytest_add_cli_args_test_selection = $(toml_list "${tests[@]}")
+EOF
+
+cd "$work"
+export MODELFLEET_REPO="$work/repo"
+start=$(date +%s)
+mutmut run --max-children "${MODELFLEET_MUTATION_JOBS:-$(nproc)}" >"$work/run.log" 2>&1 || {
+  tail -n 30 "$work/run.log" >&2
+  echo "scripts/mutation.sh: mutmut run failed (log: $work/run.log)" >&2
+  exit 1
+}
+mutmut results --all true >"$work/results.txt" 2>&1 || true
+# one line per mutant: "<name>: <status>"
+awk -F': ' 'NF == 2 { n[$2]++; t++ } END {
+  k = n["killed"] + 0; s = n["survived"] + 0
+  printf "mutants: %d (killed %d, survived %d, no tests %d, timeout %d, suspicious %d, skipped %d)\n", t, k, s,
+    n["no tests"] + 0, n["timeout"] + 0, n["suspicious"] + 0, n["skipped"] + 0
+  if (k + s > 0) printf "score: %.1f%% of the mutants that the tests reach are killed\n", 100 * k / (k + s)
+}' "$work/results.txt"
+echo "took $(( $(date +%s) - start )) s; surviving mutants:"
+grep -E ': survived$' "$work/results.txt" | sed 's/: survived$//' || echo "  none"
+echo "show one: (cd $work && mutmut show <name>)"
