@@ -11,7 +11,10 @@ description:
   - Polls for at most O(wait_seconds) - C(/health) answers 200, C(/v1/models) lists O(served_name), and one
     real completion of a few tokens succeeds - and returns the stage reached, the elapsed time and the last
     journal line of O(unit), so a play can print progress and call it again until its start budget is spent.
-  - Reports C(unit_state) (active, activating, failed...) so a dead engine is seen at once.
+  - Reports C(unit_state) (active, activating, failed...) so a dead engine is seen at once, and stops waiting
+    (C(dead)) when the server exited before it was ever ready more often than O(restarts_allowed) - a unit
+    just started explicitly counts systemd's restarts from 0, and waiting through C(Restart=) only repeats
+    the failure.
   - Read-only.
 version_added: "0.1.0"
 author: modelfleet
@@ -23,6 +26,13 @@ options:
   wait_seconds: {description: How long this call may wait., type: float, default: 15}
   prompt: {description: The completion prompt., type: str, default: Hello}
   max_tokens: {description: Tokens to generate., type: int, default: 4}
+  restarts_allowed:
+    description:
+      - Automatic restarts of O(unit) tolerated before it is ready (0 - the first exit is a failed start).
+      - Negative when the unit was not started by this run (its restart count is older history) - then only
+        its failed state counts.
+    type: int
+    default: 0
 attributes:
   check_mode: {support: full}
   diff_mode: {support: none}
@@ -42,6 +52,9 @@ stage: {description: 'down, health, listed or ready.', returned: always, type: s
 detail: {description: What the last check said., returned: always, type: str}
 journal_tail: {description: The unit's last journal line., returned: always, type: str}
 unit_state: {description: The unit's ActiveState., returned: always, type: str}
+dead: {description: 'The server died before it was ready (unit failed, or restarted more than allowed).', returned: always, type: bool}
+dead_reason: {description: 'Why it counts as dead (empty when not).', returned: always, type: str}
+restarts: {description: systemd's NRestarts for O(unit)., returned: always, type: int}
 completion: {description: The completion text when ready., returned: when ready, type: str}
 """
 
@@ -49,16 +62,13 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.readiness import look
+from ansible.module_utils.modelfleet.readiness import look, show_unit, start_verdict
 
 
-def unit_info(unit):
-    if not unit:
-        return "", ""
-    st = subprocess.run(["systemctl", "show", "-p", "ActiveState", "--value", unit], capture_output=True, text=True)
+def journal_tail(unit):
     jr = subprocess.run(["journalctl", "-u", unit, "-n", "1", "--no-pager", "-o", "cat"], capture_output=True,
                         text=True)
-    return st.stdout.strip(), (jr.stdout.strip().splitlines() or [""])[-1][:300]
+    return (jr.stdout.strip().splitlines() or [""])[-1][:300]
 
 
 def main():
@@ -71,6 +81,7 @@ def main():
             "wait_seconds": {"type": "float", "default": 15},
             "prompt": {"type": "str", "default": "Hello"},
             "max_tokens": {"type": "int", "default": 4},
+            "restarts_allowed": {"type": "int", "default": 0},
         },
         supports_check_mode=True,
     )
@@ -78,12 +89,16 @@ def main():
     t0 = time.monotonic()
     while True:
         stage, detail, text = look(p["url"].rstrip("/"), p["served_name"], p["api_key"], p["prompt"], p["max_tokens"])
-        state, tail = unit_info(p["unit"])
-        if stage == "ready" or state == "failed" or time.monotonic() - t0 >= p["wait_seconds"]:
+        props = show_unit(p["unit"]) if p["unit"] else {}
+        dead, why = start_verdict(props, p["restarts_allowed"]) if p["unit"] and stage != "ready" else (False, "")
+        if stage == "ready" or dead or time.monotonic() - t0 >= p["wait_seconds"]:
             break
         time.sleep(1)
-    res = {"changed": False, "ready": stage == "ready", "stage": stage, "detail": detail, "unit_state": state,
-           "journal_tail": tail, "waited_seconds": round(time.monotonic() - t0, 1)}
+    res = {"changed": False, "ready": stage == "ready", "stage": stage, "detail": detail,
+           "unit_state": props.get("ActiveState", ""), "dead": dead, "dead_reason": why,
+           "restarts": int(props.get("NRestarts") or 0) if str(props.get("NRestarts") or "0").isdigit() else 0,
+           "journal_tail": journal_tail(p["unit"]) if p["unit"] else "",
+           "waited_seconds": round(time.monotonic() - t0, 1)}
     if text is not None:
         res["completion"] = text
     module.exit_json(**res)

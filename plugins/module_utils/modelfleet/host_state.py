@@ -11,6 +11,7 @@ import subprocess
 
 from ansible.module_utils.modelfleet.disk import model_from_exec_start
 from ansible.module_utils.modelfleet.fetch import MARKER_DIR
+from ansible.module_utils.modelfleet.readiness import show_unit
 
 UNIT_GLOB = "modelfleet-vllm@*.service"
 
@@ -52,13 +53,8 @@ def last_benchmark(bench_dir: str, served_name: str | None = None) -> dict | Non
 
 
 def _show(unit: str, run) -> dict:
-    r = run(["systemctl", "show", unit, "-p", "ActiveState", "-p", "SubState", "-p", "ExecStart", "-p", "MainPID",
-             "-p", "NRestarts", "-p", "ActiveEnterTimestamp"], capture_output=True, text=True)
-    props = {}
-    for line in r.stdout.splitlines():
-        k, _, v = line.partition("=")
-        props[k] = v
-    return props
+    return show_unit(unit, ("ActiveState", "SubState", "ExecStart", "MainPID", "NRestarts", "ActiveEnterTimestamp"),
+                     run=run)
 
 
 def units(run=subprocess.run) -> list[dict]:

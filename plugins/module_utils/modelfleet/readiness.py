@@ -5,8 +5,12 @@ real completion comes back. Shared by the `vllm_readiness` module (the start-up 
 from __future__ import annotations
 
 import json
+import subprocess
 import urllib.error
 import urllib.request
+
+# What the start-up wait needs to know about the unit (systemctl show)
+UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "Result", "ExecMainCode", "ExecMainStatus")
 
 
 def _request(url: str, key: str | None, timeout: float = 5, data: bytes | None = None):
@@ -45,3 +49,41 @@ def look(url: str, name: str, key: str | None, prompt: str = "Hello", max_tokens
     except (urllib.error.URLError, OSError, ValueError, KeyError) as e:
         return "listed", f"completion: {e}", None
     return "ready", "health 200, model listed, completion returned", text
+
+
+def show_unit(unit: str, props=UNIT_PROPERTIES, run=subprocess.run) -> dict:
+    """systemctl show for one unit: {property: value} for the properties asked (missing ones absent)."""
+    r = run(["systemctl", "show", "--no-pager", unit, *[f"--property={p}" for p in props]],
+            capture_output=True, text=True)
+    out = {}
+    for line in r.stdout.splitlines():
+        k, sep, v = line.partition("=")
+        if sep and k in props:
+            out[k] = v
+    return out
+
+
+def start_verdict(props: dict, restarts_allowed: int = 0) -> tuple[bool, str]:
+    """Whether a server that was just started (explicitly, so systemd's NRestarts counts from 0) has died
+    before it was ever ready: its unit failed, or its process exited and systemd restarted it (or is about
+    to) more often than allowed. Waiting on after that only repeats the same failure until the start limit
+    is spent: on a GPU host that is one more weight load per restart before the rollback. A negative
+    restarts_allowed judges only the failed state (a unit this run did not start)."""
+    state, sub = props.get("ActiveState", ""), props.get("SubState", "")
+    try:
+        restarts = int(props.get("NRestarts") or 0)
+    except ValueError:
+        restarts = 0
+    status = props.get("ExecMainStatus") or "?"
+    # ExecMainCode is the si_code of the last exit: 1 exited, 2 killed, 3 dumped core; 0 none yet (restarted)
+    how = {"1": f"exit status {status}", "2": f"killed by signal {status}",
+           "3": f"killed by signal {status}, core dumped"}.get(props.get("ExecMainCode") or "", "exit not recorded")
+    if state == "failed":
+        return True, f"the unit failed ({props.get('Result') or 'failed'}, {how})"
+    if restarts_allowed < 0:  # the unit was not started by this run: its restart count is older history
+        return False, ""
+    pending = 1 if sub == "auto-restart" else 0
+    if restarts + pending > restarts_allowed:
+        return True, (f"the server exited before it was ready ({how}) and systemd restarted it "
+                      f"{restarts + pending} time(s); allowed before ready: {restarts_allowed}")
+    return False, ""
