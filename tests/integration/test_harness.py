@@ -4,6 +4,7 @@ speaks the real huggingface_hub protocol (revisions, metadata, errors, ranges), 
 from __future__ import annotations
 
 import json
+import os
 import urllib.request
 
 import pytest
@@ -89,7 +90,13 @@ def _metric(url: str, name: str) -> float:
 
 
 def test_vllm_cpu_streams_a_completion_and_counts_tokens(vllm_server):
+    from modelfleet.harness.servers import client_cpus, server_cpus
+
     url = vllm_server.url
+    # once ready, the server keeps off the CPU left for benchmark clients (every thread of every process)
+    assert vllm_server.extra["pinned_threads"] > 2
+    assert os.sched_getaffinity(vllm_server.proc.pid) == server_cpus()
+    assert len(os.sched_getaffinity(0)) < 2 or not server_cpus() & client_cpus()
     with urllib.request.urlopen(url + "/health") as r:
         assert r.status == 200
     before = _metric(url, "vllm:generation_tokens_total")

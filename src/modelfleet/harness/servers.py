@@ -114,11 +114,44 @@ def vllm_env(kv_space_gib: int = 1) -> dict:
     env.update(VLLM_TARGET_DEVICE="cpu", VLLM_CPU_KVCACHE_SPACE=str(kv_space_gib), PYTHONUNBUFFERED="1",
                HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1", DO_NOT_TRACK="1")
     # With two or more CPUs the engine's compute threads are bound to all but the last CPU, which stays for
-    # the benchmark client and the tests (a client starved by the server would make every point invalid).
+    # the benchmark client and the tests (a client starved by the server would make every point invalid);
+    # start_vllm binds the server's other processes there too once it is ready.
     n = os.cpu_count() or 1
     if n >= 2 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
         env["VLLM_CPU_OMP_THREADS_BIND"] = "0" if n == 2 else f"0-{n - 2}"
     return env
+
+
+def server_cpus() -> set[int]:
+    """The CPUs a harness vLLM server keeps once it is ready: all but the last when there are two or more."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return set(cpus[:-1]) if len(cpus) >= 2 else set(cpus)
+
+
+def client_cpus() -> set[int]:
+    """The CPU left to a benchmark client beside a harness vLLM server: the last one."""
+    cpus = sorted(os.sched_getaffinity(0))
+    return {cpus[-1]} if len(cpus) >= 2 else set(cpus)
+
+
+def pin_process_group(pgid: int, cpus: set[int]) -> int:
+    """Bind every thread of every process in a process group to cpus (what `taskset -a -p` does per process);
+    returns the number of threads bound. Threads that end meanwhile are skipped."""
+    bound = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.getpgid(int(pid)) != pgid:
+                continue
+            tids = os.listdir(f"/proc/{pid}/task")
+        except (ProcessLookupError, FileNotFoundError, PermissionError):
+            continue
+        for tid in tids:
+            try:
+                os.sched_setaffinity(int(tid), cpus)
+                bound += 1
+            except (ProcessLookupError, OSError):
+                continue
+    return bound
 
 
 def start_vllm(model_dir: str | Path, served_name: str, log_dir: str | Path, port: int | None = None,
@@ -140,6 +173,9 @@ def start_vllm(model_dir: str | Path, served_name: str, log_dir: str | Path, por
     except Exception:
         srv.stop()
         raise
+    # Start-up (torch.compile, g++) used every CPU; serving keeps off the last one, which stays for the
+    # benchmark client (a client starved by the server's API and engine processes marks its points invalid).
+    srv.extra["pinned_threads"] = pin_process_group(proc.pid, server_cpus())
     return srv
 
 
