@@ -42,15 +42,27 @@ step "yamllint"
 yamllint -s .
 step "argument specs match defaults"
 python scripts/check_argument_specs.py
-step "module docs (ansible-doc)"
-for m in plugins/modules/*.py; do
-  [ -e "$m" ] || continue
-  ansible-doc -t module -M plugins/modules "$(basename "$m" .py)" >/dev/null
-done
-step "playbook syntax"
-for p in playbooks/*.yml; do ansible-playbook --syntax-check "$p" >/dev/null; echo "ok $p"; done
-step "ansible-lint (production profile)"
-ansible-lint --profile production --offline -q
+# The slower checks (module docs, playbook syntax, ansible-lint: ~20 s of CPU) run first in the second lane
+# when molecule runs, beside molecule/fleet's start, instead of before it; their failure fails the run the
+# same way (and is printed at the end). With no scenario (--quick) they run here.
+slow_lint() {
+  local m p
+  for m in plugins/modules/*.py; do
+    [ -e "$m" ] || continue
+    ansible-doc -t module -M plugins/modules "$(basename "$m" .py)" >/dev/null || { echo "ansible-doc: $m"; return 1; }
+  done
+  echo "module docs (ansible-doc): ok"
+  for p in playbooks/*.yml; do ansible-playbook --syntax-check "$p" >/dev/null || { echo "syntax: $p"; return 1; }; done
+  echo "playbook syntax: ok"
+  ansible-lint --profile production --offline -q && echo "ansible-lint (production profile): ok"
+}
+run_slow_lint() {
+  local start rc=0
+  start=$(date +%s)
+  slow_lint >"$root/.cache/lint.log" 2>&1 || rc=$?
+  echo "lint (ansible-doc, syntax, ansible-lint) $(( $(date +%s) - start ))" >>"$root/.cache/test-timings"
+  return $rc
+}
 
 # molecule/WIP lists scenarios that are written but not yet green; they run only when named explicitly.
 wip=$(grep -vE '^\s*(#|$)' molecule/WIP 2>/dev/null || true)
@@ -101,26 +113,36 @@ for s in $scenarios; do
   [ -f "molecule/$s/molecule.yml" ] || continue
   if [ "$s" = fleet ]; then heavy+=("$s"); else rest+=("$s"); fi
 done
-shared_rc=0 mol_rc=0
+shared_rc=0 mol_rc=0 lint_rc=0
 if [ $(( ${#heavy[@]} + ${#rest[@]} )) = 0 ]; then
+  step "module docs, playbook syntax, ansible-lint"
+  slow_lint
   step "pytest (all but exclusive)"
   pytest_shared "$@" || shared_rc=$?
 elif [ "${MODELFLEET_MOLECULE_LANES:-2}" = 1 ] || [ ${#heavy[@]} = 0 ] || [ ${#rest[@]} = 0 ]; then
+  step "module docs, playbook syntax, ansible-lint"
+  slow_lint
   step "molecule (${#heavy[@]} + ${#rest[@]} scenarios, one lane), then pytest"
   run_lane "${heavy[@]}" "${rest[@]}" || mol_rc=1
   pytest_shared "$@" || shared_rc=$?
 else
-  step "molecule (${#heavy[@]} + ${#rest[@]} scenarios, 2 lanes; pytest in the second once its scenarios are done)"
+  step "molecule (${#heavy[@]} + ${#rest[@]} scenarios, 2 lanes: lint, the others, then pytest in the second)"
   run_lane "${heavy[@]}" & lane1=$!
-  { run_lane "${rest[@]}" || exit 1; pytest_shared "$@" || exit 10; } & lane2=$!
+  { run_slow_lint || exit 11; run_lane "${rest[@]}" || exit 1; pytest_shared "$@" || exit 10; } & lane2=$!
   wait "$lane1" || mol_rc=1
-  wait "$lane2" || { r=$?; if [ "$r" = 10 ]; then shared_rc=1; else mol_rc=1; fi; }
+  wait "$lane2" || { r=$?; case "$r" in 10) shared_rc=1 ;; 11) lint_rc=1 ;; *) mol_rc=1 ;; esac; }
+  printf '\n== module docs, playbook syntax, ansible-lint (second lane) ==\n'
+  cat "$root/.cache/lint.log"
 fi
 
 step "pytest (exclusive: alone on the machine)"
 printf '\n== time per step (set-up %d s) ==\n' "$(( t0 - setup_start ))"
 printf '%s\n' "${timings[@]}"
-[ -s "$root/.cache/test-timings" ] && sed 's/^\(molecule\|pytest\) \(.*\) \([0-9]*\)$/  \1 \2: \3 s/' "$root/.cache/test-timings"
+[ -s "$root/.cache/test-timings" ] && sed 's/^\(molecule\|pytest\|lint\) \(.*\) \([0-9]*\)$/  \1 \2: \3 s/' "$root/.cache/test-timings"
+if [ "$lint_rc" != 0 ]; then
+  echo "lint: module docs, playbook syntax or ansible-lint failed (report above)"
+  exit 1
+fi
 if [ "$mol_rc" != 0 ]; then
   echo "molecule: a scenario failed (report above)"
   exit 1
