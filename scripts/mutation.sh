@@ -55,7 +55,8 @@ pytest_add_cli_args_test_selection = $(toml_list "${tests[@]}")
 EOF
 
 cd "$work"
-export MODELFLEET_REPO="$work/repo"
+# the property tests with a fiftieth of their examples per mutant (the full counts run in the suite)
+export MODELFLEET_REPO="$work/repo" MODELFLEET_PROPERTY_SCALE=${MODELFLEET_PROPERTY_SCALE:-0.02}
 start=$(date +%s)
 mutmut run --max-children "${MODELFLEET_MUTATION_JOBS:-$(nproc)}" >"$work/run.log" 2>&1 || {
   tail -n 30 "$work/run.log" >&2

@@ -18,6 +18,13 @@ from modelfleet._paths import import_module_utils  # noqa: E402
 import_module_utils()
 
 FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def property_examples(n: int) -> int:
+    """A property test's example count, scaled by MODELFLEET_PROPERTY_SCALE (scripts/mutation.sh runs each
+    mutant with a fraction of them; every other run uses n)."""
+    scale = float(os.environ.get("MODELFLEET_PROPERTY_SCALE") or 1)
+    return max(10, int(n * scale))
 TINY_REPO = "modelfleet-test/tiny-llama"
 TINY_REPO_B = "modelfleet-test/tiny-llama-b"
 

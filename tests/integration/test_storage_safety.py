@@ -25,6 +25,7 @@ from ansible.module_utils.modelfleet.errors import DiskPlanError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import property_examples
 from tests.fs_snapshot import snapshot
 
 pytestmark = [pytest.mark.integration, pytest.mark.xdist_group("storage-safety")]
@@ -177,7 +178,7 @@ def _build(area, spec):
     return busy
 
 
-@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow,
+@settings(max_examples=property_examples(40), deadline=None, suppress_health_check=[HealthCheck.too_slow,
                                                                   HealthCheck.function_scoped_fixture])
 @given(t=trees())
 def test_real_planner_and_deletion_touch_nothing_they_must_not(fs, t):

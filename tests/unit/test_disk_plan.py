@@ -19,6 +19,8 @@ from ansible.module_utils.modelfleet.units import GB
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import property_examples
+
 ROOT = "/models"
 
 
@@ -72,7 +74,7 @@ def _resolver(links):
     return realpath
 
 
-@settings(max_examples=10_000, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=property_examples(10_000), deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(trees())
 def test_no_plan_ever_deletes_a_forbidden_path(t):
     rp = _resolver(t["links"])
