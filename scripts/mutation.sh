@@ -46,10 +46,13 @@ ln -s "$root/playbooks" "$work/repo/playbooks"
 toml_list() { local sep="" x; printf '['; for x in "$@"; do printf '%s"%s"' "$sep" "$x"; sep=", "; done; printf ']'; }
 mutate=()
 for f in "${files[@]}"; do mutate+=("ansible/module_utils/modelfleet/$f"); done
-cat >"$work/pyproject.toml" <<EOF
+# the project's pytest settings (markers), then mutmut's
+awk '/^\[tool\.pytest\.ini_options\]/ { f = 1; print; next } f && /^\[[A-Za-z]/ { exit } f' pyproject.toml \
+  >"$work/pyproject.toml"
+cat >>"$work/pyproject.toml" <<EOF
 [tool.mutmut]
 paths_to_mutate = $(toml_list "${mutate[@]}")
-also_copy = $(toml_list tests src profiles inventory ansible.cfg plugins ansible/module_utils/modelfleet)
+also_copy = $(toml_list tests src profiles inventory ansible.cfg pyproject.toml plugins ansible/module_utils/modelfleet)
 pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
 pytest_add_cli_args_test_selection = $(toml_list "${tests[@]}")
 EOF
