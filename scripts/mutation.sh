@@ -12,8 +12,10 @@
 # How it maps the layout: mutmut names a mutant after its file's path (plugins/module_utils/... would be
 # "plugins.module_utils..."), while the code runs as ansible.module_utils.modelfleet.* (that is how Ansible
 # ships it to hosts and how the tests import it). So the files are staged as ansible/module_utils/modelfleet
-# in a work folder, and the tests' module_utils path (MODELFLEET_REPO/plugins/module_utils) points at
-# mutmut's mutated copy of that folder: the names agree, and the tests exercise the mutants.
+# in a work folder, and a pytest plugin loaded only in mutmut's test process (mutation_paths.py) puts
+# mutmut's mutated copy first on ansible.module_utils' path: the names agree and the tests exercise the
+# mutants. Tests that run the CLI, ansible-inventory or a module in a child process get the unmutated copy
+# (plugins/module_utils): mutmut maps mutants to tests by what the test process itself calls.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -29,19 +31,27 @@ for f in "${files[@]}"; do
 done
 # The tests that check these rules in-process (a test that runs the code in a child process still runs, but
 # mutmut maps mutants to tests by what the test process itself calls).
-tests=(tests/unit/test_disk_plan.py tests/integration/test_storage_safety.py tests/unit/test_vllm_unit.py
+tests=(tests/unit/test_disk_plan.py tests/unit/test_disk_guards.py tests/integration/test_storage_safety.py tests/unit/test_vllm_unit.py
        tests/unit/test_fleet_inventory.py tests/integration/test_bad_input.py)
 
 work=${MODELFLEET_MUTATION_DIR:-/var/tmp/modelfleet-mutation}
 rm -rf "$work"
-mkdir -p "$work/ansible/module_utils" "$work/plugins" "$work/repo/plugins"
+mkdir -p "$work/ansible/module_utils" "$work/plugins"
 cp -r plugins/module_utils/modelfleet "$work/ansible/module_utils/"
 for d in modules inventory lookup; do cp -r "plugins/$d" "$work/plugins/"; done
-cp -r tests src profiles inventory ansible.cfg "$work/"
-# what the tests' import path resolves to (src/modelfleet/_paths.py reads MODELFLEET_REPO)
-ln -s "$work/mutants/ansible/module_utils" "$work/repo/plugins/module_utils"
-ln -s "$root/profiles" "$work/repo/profiles"
-ln -s "$root/playbooks" "$work/repo/playbooks"
+cp -r plugins/module_utils "$work/plugins/"  # what child processes import (unmutated)
+cp -r tests src profiles inventory playbooks roles ansible.cfg "$work/"
+cat >"$work/mutation_paths.py" <<'PY'
+"""pytest plugin (scripts/mutation.sh): mutmut's mutated copy first on ansible.module_utils' path, in the
+test process only."""
+import os
+
+import ansible.module_utils as mu
+
+HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ansible", "module_utils")
+if HERE not in mu.__path__:
+    mu.__path__.insert(0, HERE)
+PY
 
 toml_list() { local sep="" x; printf '['; for x in "$@"; do printf '%s"%s"' "$sep" "$x"; sep=", "; done; printf ']'; }
 mutate=()
@@ -52,14 +62,14 @@ awk '/^\[tool\.pytest\.ini_options\]/ { f = 1; print; next } f && /^\[[A-Za-z]/ 
 cat >>"$work/pyproject.toml" <<EOF
 [tool.mutmut]
 paths_to_mutate = $(toml_list "${mutate[@]}")
-also_copy = $(toml_list tests src profiles inventory ansible.cfg pyproject.toml plugins ansible/module_utils/modelfleet)
-pytest_add_cli_args = ["-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
+also_copy = $(toml_list tests src profiles inventory playbooks roles ansible.cfg pyproject.toml plugins mutation_paths.py ansible/module_utils/modelfleet)
+pytest_add_cli_args = ["-p", "mutation_paths", "-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
 pytest_add_cli_args_test_selection = $(toml_list "${tests[@]}")
 EOF
 
 cd "$work"
 # the property tests with a fiftieth of their examples per mutant (the full counts run in the suite)
-export MODELFLEET_REPO="$work/repo" MODELFLEET_PROPERTY_SCALE=${MODELFLEET_PROPERTY_SCALE:-0.02}
+export MODELFLEET_PROPERTY_SCALE=${MODELFLEET_PROPERTY_SCALE:-0.02}
 start=$(date +%s)
 mutmut run --max-children "${MODELFLEET_MUTATION_JOBS:-$(nproc)}" >"$work/run.log" 2>&1 || {
   tail -n 30 "$work/run.log" >&2

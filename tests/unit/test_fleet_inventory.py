@@ -195,3 +195,14 @@ def test_ansible_inventory_compose_keyed_groups_and_errors(tmp_path):
     bad.write_text("plugin: fleet\n" + ONE.replace("{count: 1}", "{count: -2}"))
     r = _inventory("--list", inventory=bad)
     assert "groups.g.gpu.count: GPU count must be a positive integer, got -2" in r.stderr
+
+
+@pytest.mark.parametrize(("port", "ok"), [(0, False), (1, True), (65535, True), (65536, False), ("true", False),
+                                          ("'22'", False)])
+def test_host_port_edges(port, ok):
+    text = GOOD.replace("port: 2222", f"port: {port}")
+    if ok:
+        assert fleet.parse(text, "p.fleet.yml", PROFILES)["hosts"]["gpu-02"]["ansible_port"] == port
+    else:
+        with pytest.raises(FleetError, match=r"p\.fleet\.yml:\d+: groups\.rtx\.hosts\.gpu-02\.port"):
+            fleet.parse(text, "p.fleet.yml", PROFILES)

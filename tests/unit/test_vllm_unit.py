@@ -205,3 +205,24 @@ def test_traffic_allowed_only_with_loopback_and_the_configured_networks():
     for bad in ("banana", "10.0.0.0/40", "10.0.0.0/16\nUser=root", 5):
         with pytest.raises(ServeError, match="vllm_service_allowed_networks"):
             allowed_networks("0.0.0.0", [bad])
+
+
+@pytest.mark.parametrize(("port", "ok"), [(0, False), (1, True), (65535, True), (65536, False), (True, False)])
+def test_port_edges(port, ok):
+    args = dict(python="p", model_dir="/m", profile=KIMI, plan=PLAN, host="127.0.0.1", port=port, revision=REV,
+                gpu_count=8)
+    if ok:
+        argv = server_argv(**args)
+        assert argv[argv.index("--port") + 1] == str(port)
+    else:
+        with pytest.raises(ServeError, match="not a TCP port"):
+            server_argv(**args)
+
+
+def test_expert_parallel_and_extra_args_extend_the_command_not_replace_it():
+    mm = load_profile("minimax-m2.5-fp8", str(ROOT / "profiles"))
+    mm = dict(mm, vllm=dict(mm["vllm"], extra_args=["--max-num-seqs", "64"]))
+    argv = server_argv(python="p", model_dir="/m", profile=mm, plan={"tensor_parallel_size": 8,
+                       "expert_parallel": True}, host="127.0.0.1", port=8000, revision=REV, gpu_count=8)
+    assert argv[0] == "p" and "--model" in argv and "--enable-expert-parallel" in argv
+    assert argv[-2:] == ["--max-num-seqs", "64"]

@@ -499,10 +499,10 @@ def delete_model_dir(root: str, path: str, expect: tuple[int, int] | None = None
         if expect is not None and (st.st_dev, st.st_ino) != tuple(expect):
             raise DiskPlanError(f"{path}: changed since it was planned (device/inode {st.st_dev}/{st.st_ino}, "
                                 f"planned {expect[0]}/{expect[1]}); refusing to delete - plan again")
-        here = f"/proc/self/fd/{fds[-1]}"
-        if not model_evidence(here if os.path.isdir(here) else os.path.join(rroot, rel), name=parts[-1]):
+        here = f"/proc/self/fd/{fds[-1]}"  # the folder that was opened, whatever its name now points to
+        if not model_evidence(here, name=parts[-1]):
             raise DiskPlanError(f"{path}: not a model (no marker, no config.json with weights); refusing to delete")
-        freed = dir_usage(here if os.path.isdir(here) else os.path.join(rroot, rel))["exclusive_allocated_bytes"]
+        freed = dir_usage(here)["exclusive_allocated_bytes"]
         try:
             mfd = os.open(MARKER_DIR, O_DIR, dir_fd=fds[-1])
             try:

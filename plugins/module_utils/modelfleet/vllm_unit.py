@@ -39,7 +39,7 @@ def unit_name(served_name: str) -> str:
 def server_argv(*, python: str, model_dir: str, profile: dict, plan: dict | None, host: str, port: int,
                 revision: str | None, gpu_count: int | None = None, api_key_set: bool = False) -> list[str]:
     v = profile.get("vllm", {})
-    if not isinstance(port, int) or not 1 <= port <= 65535:
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ServeError(f"port {port!r} is not a TCP port (1-65535)")
     if not is_loopback(host) and not api_key_set:
         raise ServeError(f"host {host} is not loopback: an API key is required (vllm_service_api_key) before the "
