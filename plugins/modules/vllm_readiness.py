@@ -62,7 +62,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.readiness import look, show_unit, start_verdict
+from ansible.module_utils.modelfleet.readiness import look, restart_count, show_unit, start_verdict
 
 
 def journal_tail(unit):
@@ -96,7 +96,7 @@ def main():
         time.sleep(1)
     res = {"changed": False, "ready": stage == "ready", "stage": stage, "detail": detail,
            "unit_state": props.get("ActiveState", ""), "dead": dead, "dead_reason": why,
-           "restarts": int(props.get("NRestarts") or 0) if str(props.get("NRestarts") or "0").isdigit() else 0,
+           "restarts": restart_count(props),
            "journal_tail": journal_tail(p["unit"]) if p["unit"] else "",
            "waited_seconds": round(time.monotonic() - t0, 1)}
     if text is not None:

@@ -63,6 +63,12 @@ def show_unit(unit: str, props=UNIT_PROPERTIES, run=subprocess.run) -> dict:
     return out
 
 
+def restart_count(props: dict) -> int:
+    """systemd's NRestarts from show_unit's answer (0 when absent or unreadable)."""
+    v = props.get("NRestarts") or "0"
+    return int(v) if v.isdigit() else 0
+
+
 def start_verdict(props: dict, restarts_allowed: int = 0) -> tuple[bool, str]:
     """Whether a server that was just started (explicitly, so systemd's NRestarts counts from 0) has died
     before it was ever ready: its unit failed, or its process exited and systemd restarted it (or is about
@@ -70,10 +76,7 @@ def start_verdict(props: dict, restarts_allowed: int = 0) -> tuple[bool, str]:
     is spent: on a GPU host that is one more weight load per restart before the rollback. A negative
     restarts_allowed judges only the failed state (a unit this run did not start)."""
     state, sub = props.get("ActiveState", ""), props.get("SubState", "")
-    try:
-        restarts = int(props.get("NRestarts") or 0)
-    except ValueError:
-        restarts = 0
+    restarts = restart_count(props)
     status = props.get("ExecMainStatus") or "?"
     # ExecMainCode is the si_code of the last exit: 1 exited, 2 killed, 3 dumped core; 0 none yet (restarted)
     how = {"1": f"exit status {status}", "2": f"killed by signal {status}",
