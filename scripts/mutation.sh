@@ -2,8 +2,9 @@
 # Mutation testing of the guard and validation code (issue 19), with mutmut (pinned in
 # requirements/mutation.txt): disk planning and deletion (disk.py), in-use discovery (in_use.py), the unit
 # and environment-file validators (vllm_unit.py) and fleet-file validation (fleet.py). Prints the score
-# and the surviving mutants; docs/safety.md explains the ones that are left. Not part of CI (it runs each
-# mutant against the tests that reach its function: minutes on two cores).
+# and sorts the surviving mutants (scripts/mutation_report.py): prose-only changes to a message, mutants
+# explained one by one in scripts/mutation-explained.txt, and open ones (the script fails while any is).
+# Not part of CI (it runs each mutant against the tests that reach its function: minutes on two cores).
 #
 #   scripts/mutation.sh                 all four files
 #   scripts/mutation.sh disk.py         one of them
@@ -31,8 +32,10 @@ for f in "${files[@]}"; do
 done
 # The tests that check these rules in-process (a test that runs the code in a child process still runs, but
 # mutmut maps mutants to tests by what the test process itself calls).
-tests=(tests/unit/test_disk_plan.py tests/unit/test_disk_guards.py tests/integration/test_storage_safety.py tests/unit/test_vllm_unit.py
-       tests/unit/test_fleet_inventory.py tests/integration/test_bad_input.py)
+tests=(tests/unit/test_disk_plan.py tests/unit/test_disk_guards.py tests/unit/test_disk_contract.py
+       tests/integration/test_storage_safety.py tests/unit/test_in_use.py tests/unit/test_vllm_unit.py
+       tests/unit/test_vllm_unit_contract.py tests/unit/test_fleet_inventory.py tests/unit/test_fleet_exact.py
+       tests/integration/test_bad_input.py)
 
 work=${MODELFLEET_MUTATION_DIR:-/var/tmp/modelfleet-mutation}
 rm -rf "$work"
@@ -84,6 +87,7 @@ awk -F': ' 'NF == 2 { n[$2]++; t++ } END {
     n["no tests"] + 0, n["timeout"] + 0, n["suspicious"] + 0, n["skipped"] + 0
   if (k + s > 0) printf "score: %.1f%% of the mutants that the tests reach are killed\n", 100 * k / (k + s)
 }' "$work/results.txt"
-echo "took $(( $(date +%s) - start )) s; surviving mutants:"
-grep -E ': survived$' "$work/results.txt" | sed 's/: survived$//' || echo "  none"
-echo "show one: (cd $work && mutmut show <name>)"
+echo "took $(( $(date +%s) - start )) s"
+# the survivors by class (message text, explained in scripts/mutation-explained.txt, open) and each open one
+# with its diff; exits 1 while any is open
+python "$root/scripts/mutation_report.py" "$work" "$root/scripts/mutation-explained.txt"

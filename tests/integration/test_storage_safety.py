@@ -400,3 +400,87 @@ def test_a_killed_download_is_credited_and_the_rerun_deletes_no_more(area):
     # without the credit the same re-run would need 16 MiB more than is free and would delete both models
     blind = plan_host(root=str(root), required_bytes=required, read_units=False)
     assert blind["shortfall_bytes"] >= first["shortfall_bytes"] + 16 * 2**20
+
+
+# ------------------------------------------------------------------------------------------ plan_host's inputs
+def _free(path):
+    st = os.statvfs(path)
+    return st.f_bavail * st.f_frsize
+
+
+def test_plan_host_maps_every_named_path_through_a_linked_root(area):
+    """The root given through a symlink: every path named under that spelling (explicit, protected, in use,
+    deploying, fallback) is the same folder under the resolved root, and each guard holds."""
+    real = area / "models"
+    link = area / "models-link"
+    os.symlink(real, link)
+    names = ("explicit", "protected", "used", "deploying", "fallback", "free")
+    for age, n in enumerate(names, start=1):
+        make_model(real / f"org--{n}" / REV, size=256 << 10)
+        os.utime(real / f"org--{n}" / REV / ".modelfleet" / "complete", (age, age))
+    at = {n: str(link / f"org--{n}" / REV) for n in names}
+    # about 260 KiB per model; the deploying one counts as present: the explicit and the free model do not
+    # cover the shortfall, the fallback too does
+    required = _free(real) + (960 << 10)
+    plan = plan_host(root=str(link), required_bytes=required, headroom_bytes=0, explicit=[at["explicit"]],
+                     protected=[at["protected"]], in_use=[at["used"]], deploying=[at["deploying"]],
+                     fallback=[at["fallback"]], read_units=False)
+    assert plan["root"] == str(real)
+    refused = {os.path.relpath(r["path"], real): r["reason"] for r in plan["refused"]}
+    assert refused == {f"org--protected/{REV}": "protected",
+                       f"org--used/{REV}": "in use by a live unit or a running process",
+                       f"org--deploying/{REV}": "the model being deployed"}
+    deleted = [os.path.relpath(d["path"], real) for d in plan["delete"]]
+    assert deleted[0] == f"org--explicit/{REV}" and plan["delete"][0]["explicit"] is True
+    # nothing but the fallback was left to cover the rest: deleted early, and said so
+    assert f"org--fallback/{REV}" in deleted
+    assert plan["fallback_deleted_early"] == [str(real / "org--fallback" / REV)]
+
+
+def test_plan_host_keeps_the_fallback_when_others_cover_it(area):
+    real = area / "models"
+    for age, n in enumerate(("fallback", "other"), start=1):
+        make_model(real / f"org--{n}" / REV, size=256 << 10)
+        os.utime(real / f"org--{n}" / REV / ".modelfleet" / "complete", (age, age))
+    plan = plan_host(root=str(real), required_bytes=_free(real) + (64 << 10),
+                     fallback=[str(real / "org--fallback" / REV)], read_units=False)
+    assert [os.path.relpath(d["path"], real) for d in plan["delete"]] == [f"org--other/{REV}"]
+    assert plan["fallback_deleted_early"] == []
+
+
+def test_plan_host_present_bytes_sum_real_folders_only(area):
+    real = area / "models"
+    stage1, stage2 = real / ".staging" / "a", real / ".staging" / "b"
+    for d, size in ((stage1, 64 << 10), (stage2, 128 << 10)):
+        d.mkdir(parents=True)
+        (d / "part").write_bytes(os.urandom(size))
+    os.symlink(stage2, real / ".staging" / "link")  # a link to a folder already counted is not counted again
+    expect = sum(os.lstat(p).st_blocks * 512 for p in (stage1, stage1 / "part", stage2, stage2 / "part"))
+    plan = plan_host(root=str(real), required_bytes=10 << 20, headroom_bytes=1 << 20, defer_explicit=False,
+                     deploying=[str(stage1), str(stage2), str(real / ".staging" / "link"), str(real / "absent")],
+                     read_units=False)
+    assert plan["present_measured_bytes"] == expect == plan["present_bytes"]
+    assert plan["need_bytes"] == (10 << 20) + (1 << 20) - expect
+    # a caller's larger figure wins; the measured one is capped at the model's size
+    assert plan_host(root=str(real), required_bytes=10 << 20, present_bytes=5 << 20, deploying=[str(stage1)],
+                     read_units=False)["present_bytes"] == 5 << 20
+    assert plan_host(root=str(real), required_bytes=1000, deploying=[str(stage1)],
+                     read_units=False)["present_measured_bytes"] == 1000
+
+
+def test_plan_host_reads_units_through_the_given_runner(area):
+    real = area / "models"
+    make_model(real / "org--a" / REV)
+    listing = "a.service loaded active running A\n"
+    show = f"Id=a.service\nActiveState=active\nSubState=running\nWorkingDirectory={real}/org--a/{REV}\n"
+    plan = plan_host(root=str(real), required_bytes=1, run=FakeRun(listing, show))
+    assert plan["units_read"] is True
+    assert plan["in_use"] == [{"path": str(real / "org--a" / REV), "kind": "unit",
+                               "name": "a.service (active/running)"}]
+
+
+def test_plan_host_missing_root(area):
+    with pytest.raises(DiskPlanError) as e:
+        plan_host(root=str(area / "nothing"), required_bytes=1, read_units=False)
+    assert str(e.value) == (f"models root {area / 'nothing'}: does not exist or is not a folder; create it "
+                            f"(mkdir -p {area / 'nothing'}) or set the right root")

@@ -11,7 +11,6 @@ from ansible.module_utils.modelfleet.disk import (
     dir_usage,
     list_model_dirs,
     measure_fs,
-    model_from_exec_start,
     plan_disk,
 )
 from ansible.module_utils.modelfleet.errors import DiskPlanError
@@ -206,13 +205,3 @@ def test_real_tree_measurements(private_fs):
     fs = measure_fs(str(root))
     st = os.statvfs(root)
     assert fs["free_bytes"] == st.f_bavail * st.f_frsize and fs["source"] == "statvfs f_bavail"
-
-
-@pytest.mark.parametrize("exec_start,model", [
-    ("{ path=/opt/v/bin/python ; argv[]=/opt/v/bin/python -m vllm.entrypoints.openai.api_server --model /models/a "
-     "--port 8000 ; ignore_errors=no ; start_time=[n/a] }", "/models/a"),
-    ("{ path=/usr/bin/vllm ; argv[]=/usr/bin/vllm serve /models/b --tensor-parallel-size 8 ; }", "/models/b"),
-    ("{ path=/usr/bin/python3 ; argv[]=/usr/bin/python3 -m http.server 8080 ; }", None),
-])
-def test_model_from_exec_start(exec_start, model):
-    assert model_from_exec_start(exec_start) == model

@@ -22,24 +22,29 @@ COMPLETE = "complete"
 
 
 # --------------------------------------------------------------------------- measuring (read-only)
-def _zfs_dataset(path: str) -> str | None:
-    """The ZFS dataset holding `path`, if the path is on ZFS and the zfs tool is present."""
-    if not shutil.which("zfs"):
+def _zfs_dataset(path: str, mounts: str = "/proc/self/mounts", which=shutil.which) -> str | None:
+    """The ZFS dataset holding `path`: the mount that holds it (the longest mount point holding it, the
+    later of two on the same point) when that mount is ZFS and the zfs tool is present; None otherwise (an
+    ext4 data disk under a root on ZFS is not ZFS)."""
+    if not which("zfs"):
         return None
     best = None
     try:
-        with open("/proc/self/mounts") as f:
+        with open(mounts) as f:
             for line in f:
-                dev, mnt, fstype = line.split()[:3]
-                if fstype == "zfs" and (path == mnt or path.startswith(mnt.rstrip("/") + "/")):
-                    if best is None or len(mnt) > len(best[1]):
-                        best = (dev, mnt)
+                fields = line.split()
+                if len(fields) < 3:
+                    continue
+                dev, mnt, fstype = fields[0], fields[1].replace("\\040", " "), fields[2]
+                if path == mnt or path.startswith(mnt.rstrip("/") + "/"):
+                    if best is None or len(mnt) >= len(best[1]):  # a later mount on the same point hides it
+                        best = (dev, mnt, fstype)
     except OSError:
         return None
-    return best[0] if best else None
+    return best[0] if best and best[2] == "zfs" else None
 
 
-def measure_fs(path: str, run=subprocess.run) -> dict:
+def measure_fs(path: str, run=subprocess.run, mounts: str = "/proc/self/mounts", which=shutil.which) -> dict:
     """Free space as an unprivileged writer sees it (statvfs f_bavail, not f_bfree), or the ZFS
     dataset's `available` (quota, reservations and snapshots included) when the path is on ZFS."""
     st = os.statvfs(path)
@@ -51,7 +56,7 @@ def measure_fs(path: str, run=subprocess.run) -> dict:
         "block_size": st.f_frsize,
         "source": "statvfs f_bavail",
     }
-    ds = _zfs_dataset(os.path.realpath(path))
+    ds = _zfs_dataset(os.path.realpath(path), mounts, which)
     if ds:
         r = run(["zfs", "get", "-Hp", "-o", "value", "available,used", ds], capture_output=True, text=True)
         if r.returncode == 0:
@@ -63,7 +68,7 @@ def measure_fs(path: str, run=subprocess.run) -> dict:
 def dir_usage(path: str) -> dict:
     """Allocated (blocks held) and apparent bytes of a directory tree, symlinks not followed, each inode
     counted once. `exclusive_allocated_bytes` counts only inodes with no links outside this tree's
-    count (what deleting the tree really frees)."""
+    count (what deleting the tree really frees; folders, which cannot be hard-linked, always count)."""
     seen: dict = {}
     apparent = allocated = 0
     for dirpath, dirnames, filenames in os.walk(path, followlinks=False):
@@ -80,11 +85,13 @@ def dir_usage(path: str) -> dict:
             seen[key] = [st, 1]
             apparent += st.st_size
             allocated += st.st_blocks * 512
-    exclusive = sum(st.st_blocks * 512 for st, n in seen.values() if st.st_nlink <= n)
+    exclusive = sum(st.st_blocks * 512 for st, n in seen.values() if stat.S_ISDIR(st.st_mode) or st.st_nlink <= n)
     try:
-        allocated += os.lstat(path).st_blocks * 512
+        top = os.lstat(path).st_blocks * 512
     except OSError:
-        pass
+        top = 0
+    allocated += top
+    exclusive += top
     return {"apparent_bytes": apparent, "allocated_bytes": allocated, "exclusive_allocated_bytes": exclusive}
 
 
@@ -106,28 +113,41 @@ WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf", ".ckpt", ".ms
 HEX40_LEN = 40
 
 
-def check_models_root(root, field: str = "models root", resolve: bool = True) -> str:
-    """The models root as it will be used (resolved), or a DiskPlanError naming the field and the fix.
-    Refused: empty, relative, '..' anywhere, '/' and system folders (also after resolving symlinks, when
-    `resolve`: on the host; a controller checking a fleet file checks the spelling only)."""
+def models_root_problem(root, resolve: bool) -> str | None:
+    """What is wrong with a models root, as a phrase with its fix, or None when it is acceptable. Refused:
+    empty, relative, '..' anywhere, '/' and system folders (also after resolving symlinks, when `resolve`: on
+    the host; a controller checking a fleet file checks the spelling only)."""
     if not isinstance(root, str) or not root.strip():
-        raise DiskPlanError(f"{field}: empty; set it to the absolute folder that holds the models (e.g. /models)")
+        return "empty; set it to the absolute folder that holds the models (e.g. /models)"
     if any(c in root for c in "\n\r\0"):
-        raise DiskPlanError(f"{field}: {root!r} contains a control character; give a plain absolute path")
+        return f"{root!r} contains a control character; give a plain absolute path"
     if not root.startswith("/"):
-        raise DiskPlanError(f"{field}: {root!r} is relative; give an absolute path (e.g. /models)")
+        return f"{root!r} is relative; give an absolute path (e.g. /models)"
     if ".." in root.split("/"):
-        raise DiskPlanError(f"{field}: {root!r} contains '..'; give the folder's own absolute path")
-    norm = os.path.normpath(root)
-    if norm.startswith("//"):
-        norm = "/" + norm.lstrip("/")
+        return f"{root!r} contains '..'; give the folder's own absolute path"
+    norm = _root_spelling(root)
     real = os.path.realpath(norm) if resolve else norm
     for p in (norm, real):
         if p in SYSTEM_DIRS:
-            raise DiskPlanError(f"{field}: {root!r} is {'/' if p == '/' else 'the system folder ' + p}"
-                                f"{'' if p == norm else ' (after resolving symlinks)'}; models are never planned "
-                                "or deleted there - use a folder of their own such as /models")
-    return real
+            return (f"{root!r} is {'/' if p == '/' else 'the system folder ' + p}"
+                    f"{'' if p == norm else ' (after resolving symlinks)'}; models are never planned "
+                    "or deleted there - use a folder of their own such as /models")
+    return None
+
+
+def _root_spelling(root: str) -> str:
+    norm = os.path.normpath(root)
+    return "/" + norm.lstrip("/")  # normpath keeps a leading "//" (POSIX leaves its meaning open): one "/"
+
+
+def check_models_root(root, field: str = "models root", resolve: bool = True) -> str:
+    """The models root as it will be used (resolved), or a DiskPlanError "<field>: <problem and fix>"
+    (models_root_problem)."""
+    problem = models_root_problem(root, resolve)
+    if problem:
+        raise DiskPlanError(f"{field}: {problem}")
+    norm = _root_spelling(root)
+    return os.path.realpath(norm) if resolve else norm
 
 
 def model_evidence(path: str, name: str | None = None) -> str | None:
@@ -216,8 +236,7 @@ def _overlaps(a: str, b: str) -> bool:
     return _inside(a, b) or _inside(b, a)
 
 
-def validate_inputs(root: str, required_bytes, headroom_bytes=0, headroom_percent=0.0,
-                    protected=(), realpath=os.path.realpath) -> None:
+def validate_inputs(root: str, required_bytes, headroom_bytes, headroom_percent, protected, realpath) -> None:
     if isinstance(required_bytes, bool) or not isinstance(required_bytes, int):
         raise DiskPlanError(f"required bytes must be an integer number of bytes, got {required_bytes!r}")
     if required_bytes < 0:
@@ -376,14 +395,10 @@ def plan_host(*, root: str, required_bytes, headroom_bytes=0, headroom_percent=0
     usage = in_use_mod.in_use(rroot, [c["path"] for c in candidates if c.get("model")], read_units=read_units,
                               run=run, proc=proc)
 
-    def under_root(paths):
-        return tuple(os.path.join(rroot, os.path.relpath(os.path.normpath(p), os.path.normpath(root)))
-                     if os.path.normpath(p).startswith(os.path.normpath(root).rstrip("/") + "/") else p for p in paths)
-
     # Bytes of the target already on disk (a killed download's staging, a final folder being re-checked): they
     # hold blocks now, so the fetch needs only the rest. Counted by blocks held, at most the model's size.
     present_measured = 0
-    for d in under_root(deploying):
+    for d in deploying:
         if os.path.isdir(d) and not os.path.islink(d):
             present_measured += dir_usage(d)["allocated_bytes"]
     if isinstance(required_bytes, int) and not isinstance(required_bytes, bool):
@@ -391,14 +406,14 @@ def plan_host(*, root: str, required_bytes, headroom_bytes=0, headroom_percent=0
     present_bytes = max(present_bytes, present_measured)
     common = dict(root=rroot, free_bytes=fs["free_bytes"], total_bytes=fs["total_bytes"],
                   required_bytes=required_bytes, candidates=candidates, headroom_bytes=headroom_bytes,
-                  headroom_percent=headroom_percent, explicit=under_root(explicit), protected=under_root(protected),
-                  in_use=under_root(in_use) + tuple(u["path"] for u in usage["in_use"]),
-                  deploying=under_root(deploying), present_bytes=present_bytes, defer_explicit=defer_explicit)
-    plan = plan_disk(**common, keep_until_verified=under_root(fallback))
+                  headroom_percent=headroom_percent, explicit=tuple(explicit), protected=tuple(protected),
+                  in_use=tuple(in_use) + tuple(u["path"] for u in usage["in_use"]),
+                  deploying=tuple(deploying), present_bytes=present_bytes, defer_explicit=defer_explicit)
+    plan = plan_disk(**common, keep_until_verified=tuple(fallback))
     plan["fallback_deleted_early"] = []
     if fallback and not plan["feasible"]:
         plan = plan_disk(**common)
-        keep = [os.path.realpath(f) for f in under_root(fallback)]
+        keep = [os.path.realpath(f) for f in fallback]
         plan["fallback_deleted_early"] = [d["path"] for d in plan["delete"]
                                           if any(_overlaps(os.path.realpath(d["path"]), k) for k in keep)]
     plan["filesystem"] = fs
@@ -408,25 +423,6 @@ def plan_host(*, root: str, required_bytes, headroom_bytes=0, headroom_percent=0
     plan["candidates"] = [c["path"] for c in candidates]
     plan["present_measured_bytes"] = present_measured
     return plan
-
-
-# --------------------------------------------------------------------------- what active units serve
-def model_from_exec_start(exec_start: str) -> str | None:
-    """The model directory in a systemd ExecStart property value (`{ path=... ; argv[]=... ; ... }`)."""
-    text = exec_start
-    if "argv[]=" in text:
-        text = text.split("argv[]=", 1)[1].split(" ;", 1)[0]
-    argv = text.split()
-    if not any("vllm" in a for a in argv):
-        return None
-    for i, a in enumerate(argv):
-        if a == "--model" and i + 1 < len(argv):
-            return argv[i + 1]
-        if a.startswith("--model="):
-            return a.split("=", 1)[1]
-        if a == "serve" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
-            return argv[i + 1]
-    return None
 
 
 # --------------------------------------------------------------------------- applying a plan

@@ -29,7 +29,7 @@ from __future__ import annotations
 import re
 
 import yaml
-from ansible.module_utils.modelfleet.disk import check_models_root
+from ansible.module_utils.modelfleet.disk import models_root_problem
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 
 
@@ -104,7 +104,7 @@ class _Ctx:
                 self.fail(path + (k,), f"unknown key {k!r} in {what}; allowed: {', '.join(sorted(allowed))}")
 
 
-def load_text(text: str, source: str = "<fleet>") -> tuple[dict, dict]:
+def load_text(text: str, source: str) -> tuple[dict, dict]:
     try:
         node = yaml.compose(text, Loader=_Loader)
         data = yaml.load(text, Loader=_Loader)  # noqa: S506 - a SafeLoader subclass
@@ -147,10 +147,9 @@ def _check_common(ctx, data, path, profiles):
         ctx.fail(path + ("profile",), f"profile {data['profile']!r} does not exist; known: "
                                       f"{', '.join(sorted(profiles)) or '(none)'} (profiles/<name>.yml)")
     if "models_root" in data:
-        try:
-            check_models_root(data["models_root"], "models_root", resolve=False)
-        except ModelfleetError as e:
-            ctx.fail(path + ("models_root",), str(e).split(": ", 1)[1])
+        problem = models_root_problem(data["models_root"], resolve=False)
+        if problem:
+            ctx.fail(path + ("models_root",), problem)
     if "address" in data and not (isinstance(data["address"], str) and ADDRESS_RE.match(data["address"])):
         ctx.fail(path + ("address",), f"address {data['address']!r} is not a host name or an IP address "
                                       "(letters, digits, '.', '-', ':'; not starting with '-')")
@@ -261,8 +260,7 @@ def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> di
         if missing:
             ctx.fail(("rollout", "waves"), f"hosts in no wave: {', '.join(missing)} (every host needs a wave, "
                                            "or leave rollout.waves out)")
-    # derived groups
-    derived: set = set()
+    # derived groups (a fleet group of the same name is refused where it is met)
     for h, v in hosts.items():
         for gname in (_group_name("gpu_", v["modelfleet_gpu_kind"]),
                       _group_name("interconnect_", v["modelfleet_interconnect"]),
@@ -273,11 +271,7 @@ def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> di
                 if gname in groups_in:
                     ctx.fail(("groups", gname), f"group name {gname} clashes with a derived group "
                                                 "(gpu_*, interconnect_*, profile_*, wave_*, canary); rename it")
-                derived.add(gname)
                 groups.setdefault(gname, {"hosts": [], "vars": {}})["hosts"].append(h)
-    clash = set(groups_in) & derived
-    if clash:
-        ctx.fail(("groups",), f"group name(s) {', '.join(sorted(clash))} clash with derived groups; rename them")
     return {"hosts": hosts, "groups": groups,
             "rollout": {"waves": [{"name": w["name"], "hosts": list(w["hosts"]), "canary": bool(w.get("canary")),
                                    "serial": w.get("serial")} for w in waves],

@@ -9,11 +9,28 @@ import json
 import os
 import subprocess
 
-from ansible.module_utils.modelfleet.disk import model_from_exec_start
 from ansible.module_utils.modelfleet.fetch import MARKER_DIR
 from ansible.module_utils.modelfleet.readiness import show_unit
 
 UNIT_GLOB = "modelfleet-vllm@*.service"
+
+
+def model_from_exec_start(exec_start: str) -> str | None:
+    """The model directory in a systemd ExecStart property value (`{ path=... ; argv[]=... ; ... }`)."""
+    text = exec_start
+    if "argv[]=" in text:
+        text = text.split("argv[]=", 1)[1].split(" ;", 1)[0]
+    argv = text.split()
+    if not any("vllm" in a for a in argv):
+        return None
+    for i, a in enumerate(argv):
+        if a == "--model" and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--model="):
+            return a.split("=", 1)[1]
+        if a == "serve" and i + 1 < len(argv) and not argv[i + 1].startswith("-"):
+            return argv[i + 1]
+    return None
 
 
 def read_lock(model_dir: str) -> dict:

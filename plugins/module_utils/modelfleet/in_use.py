@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import os
 import re
-import subprocess
 
 from ansible.module_utils.modelfleet.errors import DiskPlanError
 
@@ -40,13 +39,13 @@ def _mentions(text: str, path: str, below: bool = True) -> bool:
 def _ancestors(path: str, root: str) -> list[str]:
     """The folders between the root (excluded) and `path` (excluded)."""
     out, p = [], os.path.dirname(path.rstrip("/"))
-    while p and p != root.rstrip("/") and p.startswith(root.rstrip("/") + "/"):
+    while p != "/" and p.startswith(root.rstrip("/") + "/"):  # stops at the root, and at "/" (its own dirname)
         out.append(p)
         p = os.path.dirname(p)
     return out
 
 
-def references(sources: list[dict], folders: list[str], root: str = "/") -> list[dict]:
+def references(sources: list[dict], folders: list[str], root: str) -> list[dict]:
     """(pure) Which folders each source uses: it names the folder or a path below it, or it names exactly a
     folder between the root and it (a server given /models/org--name serves one of its revisions; a
     sibling revision named in full does not protect this one). A source is {"kind", "name", "text"};
@@ -77,7 +76,7 @@ def parse_show(text: str) -> list[dict]:
 
 def _script_text(exec_value: str) -> str:
     """The text of the program an Exec* line runs when it is a small script (a wrapper that starts vLLM)."""
-    m = re.search(r"path=(\S+)", exec_value)
+    m = re.search(r"path=(.+?) ;", exec_value)  # systemctl show: "{ path=/opt/my dir/run.sh ; argv[]=... }"
     prog = m.group(1) if m else (exec_value.split() or [""])[0]
     try:
         st = os.stat(prog)
@@ -102,8 +101,9 @@ def _env_files_text(value: str) -> str:
     return "\n".join(texts)
 
 
-def unit_sources(run=subprocess.run) -> list[dict]:
-    """Every live service's text. Raises DiskPlanError when systemd cannot be read."""
+def unit_sources(run) -> list[dict]:
+    """Every live service's text (`run` is subprocess.run on a host). Raises DiskPlanError when systemd
+    cannot be read."""
     try:
         r = run(["systemctl", "list-units", "--type=service", "--all", "--no-legend", "--plain", "--no-pager"],
                 capture_output=True, text=True)
@@ -119,8 +119,8 @@ def unit_sources(run=subprocess.run) -> list[dict]:
     names = []
     for line in r.stdout.splitlines():
         cols = line.split()
-        # UNIT LOAD ACTIVE SUB DESCRIPTION; auto-restart shows as activating/auto-restart
-        if len(cols) >= 4 and cols[0].endswith(".service") and (cols[2] in LIVE_STATES or cols[3] == "auto-restart"):
+        # UNIT LOAD ACTIVE SUB DESCRIPTION; a unit waiting to auto-restart is ACTIVE "activating", SUB "auto-restart"
+        if len(cols) >= 4 and cols[0].endswith(".service") and cols[2] in LIVE_STATES:
             names.append(cols[0])
     if not names:
         return []
@@ -157,7 +157,7 @@ def _root_mount(root_real: str, proc: str) -> tuple[str, str, str] | None:
             continue
         mnt = f[4].replace("\\040", " ")
         if root_real == mnt or root_real.startswith(mnt.rstrip("/") + "/"):
-            if best is None or len(mnt) > len(best[2]):
+            if best is None or len(mnt) >= len(best[2]):  # a later mount on the same point hides the earlier
                 best = (f[2], f[3].replace("\\040", " "), mnt)
     return best
 
@@ -173,7 +173,7 @@ def _ancestors_of_self(proc: str) -> set[str]:
     return out
 
 
-def process_sources(root_real: str, proc: str = "/proc") -> list[dict]:
+def process_sources(root_real: str, proc: str) -> list[dict]:
     """Every process that names the models root in its command line, cwd, open files or maps, and every
     process in another mount namespace whose mounts bind a folder from under the root. Processes that vanish
     while being read are skipped; this process and its ancestors are skipped."""
@@ -218,15 +218,16 @@ def process_sources(root_real: str, proc: str = "/proc") -> list[dict]:
                         if r == fs_root or r.startswith(fs_root.rstrip("/") + "/"):
                             parts.append(os.path.join(mnt, os.path.relpath(r, fs_root)))
         text = "\n".join(p for p in parts if p)
-        if root_real.rstrip("/") in text:
+        if root_real in text:  # resolved: no trailing "/" (and never "/" itself: check_models_root)
             out.append({"kind": "process", "name": f"pid {pid} ({comm})", "text": text})
     return out
 
 
-def in_use(root: str, folders: list[str], *, read_units: bool = True, read_processes: bool = True,
-           run=subprocess.run, proc: str = "/proc") -> dict:
+def in_use(root: str, folders: list[str], *, run, proc: str, read_units: bool = True,
+           read_processes: bool = True) -> dict:
     """{"in_use": [{"path", "kind", "name"}...], "units_read": bool, "processes_read": bool}: every folder of
-    `folders` (absolute, under `root`) that a live unit or a running process references."""
+    `folders` (absolute, under `root`) that a live unit or a running process references. `run` asks systemctl
+    (subprocess.run on a host), `proc` is where the process table is (/proc on a host)."""
     root_real = os.path.realpath(root)
     sources = unit_sources(run) if read_units else []
     if read_processes:

@@ -44,8 +44,9 @@ def server_argv(*, python: str, model_dir: str, profile: dict, plan: dict | None
     if not is_loopback(host) and not api_key_set:
         raise ServeError(f"host {host} is not loopback: an API key is required (vllm_service_api_key) before the "
                          "server may listen there")
-    tp = (plan or {}).get("tensor_parallel_size") or (v.get("tensor_parallel_size") if v.get(
-        "tensor_parallel_size") != "auto" else 1)
+    # without a plan: the profile's size, where "auto" (the profile's default) means one GPU
+    want = v.get("tensor_parallel_size", "auto")
+    tp = (plan or {}).get("tensor_parallel_size") or (1 if want == "auto" else want)
     if gpu_count is not None and gpu_count > 0 and tp > gpu_count:
         raise ServeError(f"tensor_parallel_size {tp} is larger than the {gpu_count} GPU(s) on this host")
     ep = (plan or {}).get("expert_parallel", v.get("expert_parallel") is True)
