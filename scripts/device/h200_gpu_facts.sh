@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run on the lent H200 machine (the `device` tool): record real nvidia-smi / NVML outputs as fixtures,
 # run the gpu_facts module through Ansible idle and while a process holds GPU memory, and save all of
-# it under $OUT. Needs the wheels in .whl/ (ansible-core and its missing deps), see README.
+# it under $OUT. Needs the wheels in .whl/ (ansible-core and its missing deps), see docs/gpu-unit-sandbox.md.
 set -uo pipefail
 python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site ANSIBLE_CONFIG=$PWD/ansible.cfg

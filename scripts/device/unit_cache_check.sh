@@ -5,7 +5,7 @@
 # the vllm_unit module), then runs CUDA initialisation, a Triton JIT kernel, torch.compile and a driver PTX JIT
 # inside that unit's file-system sandbox (scripts/device/unit_sandbox.py). With BEFORE_TEMPLATE (an older
 # copy of the template) the same is done for it first, so one run shows before and after. Needs the wheels
-# in .whl/ (ansible-core and its deps the machine lacks; README "GPU checks"). Writes the log to $OUT.
+# in .whl/ (ansible-core and its deps the machine lacks; docs/gpu-unit-sandbox.md). Writes the log to $OUT.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"

@@ -13,7 +13,7 @@ kernel, a torch.compile'd function and a PTX module loaded through the driver (i
 where each cache went. Exit 0 when every step passed.
 
 Not emulated (no systemd here): the syscall filter, the device policy, capability bounding beyond
-setpriv's, the address-family and namespace restrictions. See docs in the README's GPU section."""
+setpriv's, the address-family and namespace restrictions. See docs/gpu-unit-sandbox.md."""
 
 from __future__ import annotations
 

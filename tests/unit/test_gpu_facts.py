@@ -82,7 +82,7 @@ def _facts(name):
 
 
 def test_module_output_on_the_real_h200():
-    """What gpu_facts itself returned on the H200 (README: "GPU facts on a real H200")."""
+    """What gpu_facts itself returned on the H200 (docs/gpu-and-environment.md: "GPU facts on a real H200")."""
     idle, busy, after = _facts("gpu_facts-nvml-idle.json"), _facts("gpu_facts-nvml-busy.json"), \
         _facts("gpu_facts-nvml-after.json")
     assert idle["source"] == "nvml" and idle["gpu_count"] == 1 and idle["interconnect"] == "single"

@@ -1,5 +1,5 @@
 """A real Hugging Face hub-compatible server on loopback for tests: olah (offline mirror mode) with a
-thin ASGI layer that fills the gaps stock olah 0.5.4 has (see README, "Test harness"):
+thin ASGI layer that fills the gaps stock olah 0.5.4 has (see docs/harness.md):
 
   * HTTP Range on file downloads (olah answers 200 with the whole body): sliced to 206 here, so
     header reads by range move only header bytes to the client;

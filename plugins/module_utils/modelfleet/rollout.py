@@ -1,0 +1,87 @@
+"""The rollout a fleet file declares, as the ordered batches a deploy runs (issue 21: the fleet file is the
+desired state). Pure: it takes what `fleet.parse` returns.
+
+- Waves run in the order the file lists them; only the first may be the canary (fleet.parse refuses
+  others). A fleet without `rollout.waves` is one wave, `all`, with the caller's default pace.
+- Each wave is cut into batches by its own `serial` the way Ansible cuts a play: a number of hosts, or a
+  percentage of the wave's hosts rounded down and at least one. No serial: the whole wave at once.
+- `max_fail_percentage` is the rollout's, for every wave (Ansible applies it per batch).
+- `limit` (host names, already matched by Ansible's pattern rules) and `profile` narrow the plan without
+  reordering it: hosts outside are dropped, a wave left empty is dropped.
+"""
+
+from __future__ import annotations
+
+import re
+
+from ansible.module_utils.modelfleet.errors import ModelfleetError
+
+
+class RolloutError(ModelfleetError):
+    """The rollout cannot be planned as asked (a limit or profile that matches no host of the fleet)."""
+
+
+def batch_size(serial, count: int) -> int:
+    """Hosts per batch for a wave of `count` hosts, by Ansible's rule for `serial`."""
+    if count <= 0:
+        return 0
+    if serial is None:
+        return count
+    if isinstance(serial, str):
+        m = re.match(r"^(\d+)%\Z", serial)
+        if not m:
+            raise RolloutError(f"serial {serial!r} is neither a number of hosts nor a percentage such as '25%'")
+        return max(1, int(int(m.group(1)) / 100.0 * count))
+    if isinstance(serial, bool) or not isinstance(serial, int) or serial < 1:
+        raise RolloutError(f"serial {serial!r} is neither a number of hosts nor a percentage such as '25%'")
+    return min(serial, count)
+
+
+def wave_plan(parsed: dict, limit=None, profile: str | None = None, default_serial=None) -> list[dict]:
+    """[{name, index, canary, serial, max_fail_percentage, batches: [[host, ...], ...],
+    profiles: {host: profile}}] in the order the deploy runs them."""
+    hosts = parsed["hosts"]
+    rollout = parsed.get("rollout") or {}
+    mfp = rollout.get("max_fail_percentage", 0)
+    waves = rollout.get("waves") or [{"name": "all", "hosts": sorted(hosts), "canary": False,
+                                       "serial": default_serial}]
+    wanted = set(hosts)
+    if limit is not None:
+        unknown = sorted(set(limit) - set(hosts))
+        if unknown:
+            raise RolloutError(f"limit names host(s) {', '.join(unknown)}, which no fleet group defines; hosts "
+                               f"there: {', '.join(sorted(hosts))}")
+        wanted &= set(limit)
+    if profile is not None:
+        wanted = {h for h in wanted if hosts[h].get("modelfleet_profile") == profile}
+    if not wanted:
+        raise RolloutError(
+            "no fleet host left to deploy"
+            + (f" with profile {profile!r} (hosts declare: "
+               + ", ".join(sorted({str(v.get('modelfleet_profile')) for v in hosts.values()})) + ")"
+               if profile is not None else "")
+            + (f" within the limit {', '.join(sorted(limit))}" if limit is not None else ""))
+    out = []
+    for index, w in enumerate(waves):
+        members = [h for h in w["hosts"] if h in wanted]
+        if not members:
+            continue
+        size = batch_size(w.get("serial"), len(members))
+        out.append({"name": w["name"], "index": index, "canary": bool(w.get("canary")), "serial": w.get("serial"),
+                    "max_fail_percentage": mfp,
+                    "batches": [members[i:i + size] for i in range(0, len(members), size)],
+                    "profiles": {h: hosts[h].get("modelfleet_profile") for h in members}})
+    return out
+
+
+def plan_text(plan: list[dict]) -> str:
+    """The plan as `deploy --check` prints it: one line per wave, one per batch with each host's model."""
+    lines = []
+    for w in plan:
+        pace = "all at once" if w["serial"] is None else f"serial {w['serial']}"
+        lines.append(f"wave {w['index'] + 1} {w['name']}{' (canary)' if w['canary'] else ''}: "
+                     f"{sum(len(b) for b in w['batches'])} host(s), {pace}, "
+                     f"max {w['max_fail_percentage']}% failed per batch")
+        for i, batch in enumerate(w["batches"], start=1):
+            lines.append(f"  batch {i}: " + ", ".join(f"{h} ({w['profiles'][h] or 'no profile'})" for h in batch))
+    return "\n".join(lines)
