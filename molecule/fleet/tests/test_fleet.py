@@ -215,6 +215,21 @@ def test_every_cache_of_the_live_unit_is_in_its_writable_folder(host):
         assert got[name] == cache or got[name].startswith(cache + "/"), (name, got.get(name))
 
 
+def test_the_next_waves_started_with_the_canarys_compile_caches(host):
+    """The canary's compile caches travelled to the hosts that serve the same thing (same vLLM, model and
+    arguments less the listener) and were unpacked only because the key was the host's own."""
+    cache = "/var/cache/modelfleet/vllm/tiny-llama"
+    key = host.file(f"{cache}/.modelfleet-compile-key").content_string.strip()
+    assert re.fullmatch(r"[0-9a-f]{32}", key), key
+    origin = host.file(f"{cache}/.modelfleet-compile-origin")
+    assert origin.exists and origin.content_string.split() == ["fleet-1", key]
+    # compiled code travelled (inductor's cache); the unit serves with it
+    assert host.file(f"{cache}/torchinductor").is_directory
+    if _name(host) == "fleet-1":
+        assert host.file(f"/var/lib/modelfleet/compile-cache/{key}.tar.gz").is_file
+        assert os.path.exists(os.path.join(EPHEMERAL, "compile-cache", f"{key}.tar.gz"))
+
+
 def test_real_completion(host):
     assert _models(host) == ["tiny-llama"]
     r = _complete(host)

