@@ -112,33 +112,30 @@ ONE = "groups:\n  g:\n    gpu: {count: 1}\n    hosts:\n      a: {}\n"
 TWO = ONE.replace("a: {}", "a: {}\n      b: {}")
 
 EXACT = [
-    # where: the line of the deepest key that exists on the field path; the field path in dots
     ("rollout not a mapping", ONE + "rollout: [a]\n",
      "e.yml:7: rollout: rollout must be a mapping, got list"),
-    ("group not a mapping", "groups:\n  g: [a]\n", "e.yml:3: groups.g: group g must be a mapping, got list"),
-    ("host not a "
-     "mapping", ONE.replace("a: {}", "a: [x]"), "e.yml:6: groups.g.hosts.a: host a must be a mapping, got list"),
-    ("fleet not a mapping", None, "e.yml:1: (top): the fleet file must be a mapping, got list"),
-    ("gpu not a mapping", ONE.replace("{count: 1}", "8"), "e.yml:4: groups.g.gpu: gpu must be a mapping, got int"),
-    ("groups empty", "groups: {}\n", "e.yml:2: groups: a fleet needs at least one group with hosts"),
-    ("groups a list", "groups: [a]\n", "e.yml:2: groups: a fleet needs at least one group with hosts"),
+    ("group not a mapping", "groups:\n  g: [a]\n",
+     "e.yml:3: groups.g: group g must be a mapping, got list"),
+    ("host not a mapping", ONE.replace("a: {}", "a: [x]"),
+     "e.yml:6: groups.g.hosts.a: host a must be a mapping, got list"),
+    ("fleet not a mapping", None,
+     "e.yml:1: (top): the fleet file must be a mapping, got list"),
+    ("gpu not a mapping", ONE.replace("{count: 1}", "8"),
+     "e.yml:4: groups.g.gpu: gpu must be a mapping, got int"),
+    ("groups empty", "groups: {}\n",
+     "e.yml:2: groups: a fleet needs at least one group with hosts"),
+    ("groups a list", "groups: [a]\n",
+     "e.yml:2: groups: a fleet needs at least one group with hosts"),
     ("group without hosts", "groups:\n  g:\n    gpu: {count: 1}\n",
      "e.yml:3: groups.g.hosts: group g needs a mapping of hosts"),
-    ("group hosts a "
-     "list", "groups:\n  g:\n    hosts: [a]\n", "e.yml:4: groups.g.hosts: group g needs a mapping of hosts"),
-    ("group "
-     "name", ONE.replace("  "
-                         "g:", "  'g "
-                               "h':"), "e.yml:3: groups.g h: group name 'g h' must be letters, digits, '_', '.', '-'"),
-    ("host "
-     "name", ONE.replace("a: "
-                         "{}", "'-a': "
-                               "{}"), "e.yml:6: groups.g.hosts.-a: host name '-a' must be letters, digits, '_', '.', "
-                                      "'-'"),
-    ("vars not a "
-     "mapping", ONE.replace("    "
-                            "gpu:", "    vars: [1]\n    "
-                                    "gpu:"), "e.yml:4: groups.g.vars: vars must be a mapping of variables"),
+    ("group hosts a list", "groups:\n  g:\n    hosts: [a]\n",
+     "e.yml:4: groups.g.hosts: group g needs a mapping of hosts"),
+    ("group name", ONE.replace("  g:", "  'g h':"),
+     "e.yml:3: groups.g h: group name 'g h' must be letters, digits, '_', '.', '-'"),
+    ("host name", ONE.replace("a: {}", "'-a': {}"),
+     "e.yml:6: groups.g.hosts.-a: host name '-a' must be letters, digits, '_', '.', '-'"),
+    ("vars not a mapping", ONE.replace("    gpu:", "    vars: [1]\n    gpu:"),
+     "e.yml:4: groups.g.vars: vars must be a mapping of variables"),
     ("connection not a mapping", ONE.replace("    gpu:", "    connection: ssh\n    gpu:"),
      "e.yml:4: groups.g.connection: connection must be a mapping of variables"),
     ("fleet connection key", "connection: {user: x}\n" + ONE,
@@ -159,12 +156,10 @@ EXACT = [
      "e.yml:4: groups.g.gpu.kind: GPU kind must be a name like rtx-pro-6000 or h200, got 'rtx pro'"),
     ("gpu kind number", ONE.replace("{count: 1}", "{count: 1, kind: 6000}"),
      "e.yml:4: groups.g.gpu.kind: GPU kind must be a name like rtx-pro-6000 or h200, got 6000"),
-    ("fleet gpu", "gpu: {count: -1}\n" + ONE, "e.yml:2: gpu.count: GPU count must be a positive integer, got -1"),
-    ("host "
-     "gpu", ONE.replace("a: "
-                        "{}", "a: {gpu: {count: "
-                              "0}}"), "e.yml:6: groups.g.hosts.a.gpu.count: GPU count must be a positive integer, got "
-                                      "0"),
+    ("fleet gpu", "gpu: {count: -1}\n" + ONE,
+     "e.yml:2: gpu.count: GPU count must be a positive integer, got -1"),
+    ("host gpu", ONE.replace("a: {}", "a: {gpu: {count: 0}}"),
+     "e.yml:6: groups.g.hosts.a.gpu.count: GPU count must be a positive integer, got 0"),
     ("host profile", ONE.replace("a: {}", "a: {profile: nope}"),
      "e.yml:6: groups.g.hosts.a.profile: profile 'nope' does not exist; known: kimi-k2.5-int4, tiny-llama, "
      "tiny-llama-b (profiles/<name>.yml)"),
@@ -176,26 +171,24 @@ EXACT = [
     ("address not text", ONE.replace("a: {}", "a: {address: 10}"),
      "e.yml:6: groups.g.hosts.a.address: address 10 is not a host name or an IP address (letters, digits, '.', '-', "
      "':'; not starting with '-')"),
-    ("port "
-     "bool", ONE.replace("a: {}", "a: {port: true}"), "e.yml:6: groups.g.hosts.a.port: port must be 1-65535, got True"),
-    ("port "
-     "text", ONE.replace("a: {}", "a: {port: '22'}"), "e.yml:6: groups.g.hosts.a.port: port must be 1-65535, got '22'"),
-    ("port zero", ONE.replace("a: {}", "a: {port: 0}"), "e.yml:6: groups.g.hosts.a.port: port must be 1-65535, got 0"),
-    ("plugin missing", None, "e.yml:1: plugin: must be 'fleet' (the modelfleet fleet inventory plugin)"),
-    ("mfp "
-     "negative", ONE + "rollout: {max_fail_percentage: "
-                       "-1}\n", "e.yml:7: rollout.max_fail_percentage: must be 0-100, got -1"),
-    ("mfp "
-     "bool", ONE + "rollout: {max_fail_percentage: "
-                   "true}\n", "e.yml:7: rollout.max_fail_percentage: must be 0-100, got True"),
-    ("mfp "
-     "text", ONE + "rollout: {max_fail_percentage: "
-                   "'10%'}\n", "e.yml:7: rollout.max_fail_percentage: must be 0-100, got '10%'"),
-    ("waves a "
-     "mapping", ONE + "rollout:\n  waves: {a: "
-                      "1}\n", "e.yml:8: rollout.waves: waves must be a list of {name, hosts, canary}"),
-    ("wave not a "
-     "mapping", ONE + "rollout:\n  waves: [a]\n", "e.yml:8: rollout.waves.0: wave 1 must be a mapping, got str"),
+    ("port bool", ONE.replace("a: {}", "a: {port: true}"),
+     "e.yml:6: groups.g.hosts.a.port: port must be 1-65535, got True"),
+    ("port text", ONE.replace("a: {}", "a: {port: '22'}"),
+     "e.yml:6: groups.g.hosts.a.port: port must be 1-65535, got '22'"),
+    ("port zero", ONE.replace("a: {}", "a: {port: 0}"),
+     "e.yml:6: groups.g.hosts.a.port: port must be 1-65535, got 0"),
+    ("plugin missing", None,
+     "e.yml:1: plugin: must be 'fleet' (the modelfleet fleet inventory plugin)"),
+    ("mfp negative", ONE + "rollout: {max_fail_percentage: -1}\n",
+     "e.yml:7: rollout.max_fail_percentage: must be 0-100, got -1"),
+    ("mfp bool", ONE + "rollout: {max_fail_percentage: true}\n",
+     "e.yml:7: rollout.max_fail_percentage: must be 0-100, got True"),
+    ("mfp text", ONE + "rollout: {max_fail_percentage: '10%'}\n",
+     "e.yml:7: rollout.max_fail_percentage: must be 0-100, got '10%'"),
+    ("waves a mapping", ONE + "rollout:\n  waves: {a: 1}\n",
+     "e.yml:8: rollout.waves: waves must be a list of {name, hosts, canary}"),
+    ("wave not a mapping", ONE + "rollout:\n  waves: [a]\n",
+     "e.yml:8: rollout.waves.0: wave 1 must be a mapping, got str"),
     ("wave unknown key", ONE + "rollout:\n  waves:\n    - {name: w, hosts: [a], pace: 1}\n",
      "e.yml:9: rollout.waves.0.pace: unknown key 'pace' in wave 1; allowed: canary, hosts, name, serial"),
     ("wave without name", ONE + "rollout:\n  waves:\n    - {hosts: [a]}\n",
@@ -221,17 +214,14 @@ EXACT = [
     ("serial float", ONE + "rollout:\n  waves:\n    - {name: w, hosts: [a], serial: 1.5}\n",
      "e.yml:9: rollout.waves.0.serial: wave w: serial must be a number of hosts >= 1 or a percentage such as '25%', "
      "got 1.5"),
-    ("wave without "
-     "hosts", ONE + "rollout:\n  waves:\n    - {name: "
-                    "w}\n", "e.yml:9: rollout.waves.0.hosts: wave w needs a list of hosts"),
-    ("wave hosts "
-     "empty", ONE + "rollout:\n  waves:\n    - {name: w, hosts: "
-                    "[]}\n", "e.yml:9: rollout.waves.0.hosts: wave w needs a list of hosts"),
-    ("wave hosts "
-     "text", ONE + "rollout:\n  waves:\n    - {name: w, hosts: "
-                   "a}\n", "e.yml:9: rollout.waves.0.hosts: wave w needs a list of hosts"),
-    ("derived group clash by "
-     "profile", "profile: tiny-llama\n" + ONE + "  profile_tiny_llama:\n    gpu: {count: 1}\n    hosts:\n      b: {}\n",
+    ("wave without hosts", ONE + "rollout:\n  waves:\n    - {name: w}\n",
+     "e.yml:9: rollout.waves.0.hosts: wave w needs a list of hosts"),
+    ("wave hosts empty", ONE + "rollout:\n  waves:\n    - {name: w, hosts: []}\n",
+     "e.yml:9: rollout.waves.0.hosts: wave w needs a list of hosts"),
+    ("wave hosts text", ONE + "rollout:\n  waves:\n    - {name: w, hosts: a}\n",
+     "e.yml:9: rollout.waves.0.hosts: wave w needs a list of hosts"),
+    ("derived group clash by profile",
+     "profile: tiny-llama\n" + ONE + "  profile_tiny_llama:\n    gpu: {count: 1}\n    hosts:\n      b: {}\n",
      "e.yml:8: groups.profile_tiny_llama: group name profile_tiny_llama clashes with a derived group (gpu_*, "
      "interconnect_*, profile_*, wave_*, canary); rename it"),
 ]
@@ -289,8 +279,8 @@ MORE = [
      "(profiles/<name>.yml)"),
     ("interconnect", ONE.replace("{count: 1}", "{count: 1, interconnect: ib}"),
      "e.yml:4: groups.g.gpu.interconnect: interconnect 'ib' is not one of mixed, none, nvlink, pcie, single"),
-    ("canary "
-     "later", TWO + "rollout:\n  waves:\n    - {name: w1, hosts: [a]}\n    - {name: w2, canary: true, hosts: [b]}\n",
+    ("canary later",
+     TWO + "rollout:\n  waves:\n    - {name: w1, hosts: [a]}\n    - {name: w2, canary: true, hosts: [b]}\n",
      "e.yml:11: rollout.waves.1.canary: only the first wave can be the canary (w2 is wave 2)"),
     ("host in no wave", TWO + "rollout:\n  waves:\n    - {name: w1, hosts: [a]}\n",
      "e.yml:9: rollout.waves: hosts in no wave: b (every host needs a wave, or leave rollout.waves out)"),

@@ -75,8 +75,8 @@ def test_each_place_a_path_hides_in_a_unit(tmp_path):
         "WorkingDirectory=/models/from-cwd", "RootDirectory=/models/from-rootdir",
         "BindPaths=/models/from-bind:/m", "BindReadOnlyPaths=/models/from-robind:/r",
         "", "Id=b.service", "ActiveState=activating", "SubState=auto-restart", ""])
-    out = iu.unit_sources(Systemctl("a.service loaded active running A\nb.service loaded activating auto-restart "
-                                    "B\n", show))
+    listing = "a.service loaded active running A\nb.service loaded activating auto-restart B\n"
+    out = iu.unit_sources(Systemctl(listing, show))
     assert [s["name"] for s in out] == ["a.service (active/running)", "b.service (activating/auto-restart)"]
     assert {s["kind"] for s in out} == {"unit"}
     text = out[0]["text"]
@@ -284,9 +284,9 @@ def test_our_own_ancestry_is_skipped(tmp_path):
 def test_an_unlistable_proc_fails_closed(tmp_path):
     with pytest.raises(DiskPlanError) as e:
         iu.process_sources("/models", str(tmp_path / "absent"))
-    assert str(e.value).startswith(f"cannot list processes in {tmp_path / 'absent'} ([Errno 2] No such file or "
-                                   "directory") and str(e.value).endswith("nothing is deleted without knowing what "
-                                                                          "runs")
+    message = str(e.value)
+    assert message.startswith(f"cannot list processes in {tmp_path / 'absent'} ([Errno 2] No such file or directory")
+    assert message.endswith("nothing is deleted without knowing what runs")
 
 
 def test_in_use_joins_units_and_processes(tmp_path):
