@@ -24,6 +24,6 @@ def test_outcome_and_no_gpu_reason(host):
 
 def test_stray_reported_then_ended(host):
     refused = host.file("/root/hygiene_refused.txt").content_string
-    assert "stray process" in refused and "leftover-server.service" in refused and "port 8000" in refused
-    assert not host.socket("tcp://127.0.0.1:8000").is_listening
+    assert "stray process" in refused and "leftover-server.service" in refused and "port 18611" in refused
+    assert not host.socket("tcp://127.0.0.1:18611").is_listening
     assert host.run("systemctl is-active leftover-server").stdout.strip() != "active"

@@ -3,7 +3,8 @@ its own user, and its port answers HTTP."""
 
 import pytest
 
-PORT = 8099
+# each host's port (molecule.yml host_vars): the scenario runs on the host network
+PORTS = {"gpu-node-1": 8091, "gpu-node-2": 8092}
 
 
 def test_systemd_is_pid1(host):
@@ -27,8 +28,11 @@ def test_runs_as_service_user(host):
 
 
 def test_port_listening_and_answers(host):
-    assert host.socket(f"tcp://127.0.0.1:{PORT}").is_listening
-    out = host.run(f"curl -fsS http://127.0.0.1:{PORT}/")
+    port = PORTS[host.backend.name]
+    assert host.socket(f"tcp://127.0.0.1:{port}").is_listening
+    # the host network is shared by both hosts: this port is the one this host's unit was given
+    assert f"http.server {port} " in host.run("systemctl show -p ExecStart --value modelfleet-smoke").stdout
+    out = host.run(f"curl -fsS http://127.0.0.1:{port}/")
     assert out.rc == 0, out.stderr
     assert "modelfleet smoke" in out.stdout
 
