@@ -78,7 +78,7 @@ run_scenario() {
   # molecule wraps its output at the terminal's width (80 columns without one): wide enough for a test id
   if COLUMNS=250 molecule test -s "$s" >"$root/.cache/molecule-$s.log" 2>&1; then
     report=$(grep -E "::.*(PASSED|FAILED|ERROR)" "$root/.cache/molecule-$s.log" \
-             | sed 's/\x1b\[[0-9;]*m//g; s/^[^t]*tests/  tests/' || true)
+             | sed -E 's/\x1b\[[0-9;]*m//g; s/^[^t]*tests/  tests/; s/[[:space:]]*\[?[[:space:]]*$//' || true)
     printf '\n== molecule test -s %s ==\n%s\nscenario %s passed in %d s\n' "$s" "$report" "$s" "$(( $(date +%s) - start ))"
     echo "molecule $s $(( $(date +%s) - start ))" >>"$root/.cache/test-timings"
     return 0

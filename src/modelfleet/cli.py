@@ -311,7 +311,15 @@ def cmd_deploy(a) -> int:
 
 
 def _deploy_summary(res) -> None:
-    """One screen: per host the phase reached, revision, source and bytes, time per phase, benchmark headline."""
+    """One screen: the rollout plan, then per host the phase reached, revision, source and bytes, time per phase,
+    benchmark headline."""
+    local = res.hosts.get("localhost")
+    plan = local.facts.get("modelfleet_rollout_plan") if local else None
+    if plan:
+        print("\n== rollout plan ==")
+        print(plan["text"])
+        if plan.get("left_out"):
+            print("not in this run (another profile): " + ", ".join(plan["left_out"]))
     print("\n== deploy summary ==")
     for h in sorted(res.hosts.values(), key=lambda x: x.host):
         if h.host == "localhost":
@@ -458,8 +466,10 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--json", action="store_true", help="the run result as JSON (no live display)")
         p.add_argument("--progress", action="store_true", help="live display even when not on a terminal")
 
-    p = add("deploy", help="deploy a profile on the fleet (canary first); --check prints the plan")
-    p.add_argument("profile", help="a profile name from profiles/")
+    p = add("deploy", help="deploy the fleet to what its fleet file declares (each group its profile, the rollout's "
+                           "waves in order, canary first); --check prints the wave plan and what would change")
+    p.add_argument("profile", nargs="?", default=None,
+                   help="a profile name from profiles/: only the hosts that declare it (and those that declare none)")
     p.add_argument("--check", action="store_true", help="Ansible check mode: show what would change, change nothing")
     p.add_argument("--playbook", default="deploy_model.yml", help="deploy_model.yml or one that imports it")
     fleet_args(p)

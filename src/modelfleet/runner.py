@@ -30,6 +30,8 @@ from modelfleet._paths import PLAYBOOKS_DIR, REPO_ROOT
 PHASES = {"storage_cleanup": "cleanup", "hf_fetch": "fetch", "nvidia_env": "environment",
           "vllm_service": "serve", "benchmark": "benchmark", "smoke_service": "smoke"}
 OUTCOME_SUFFIX = "_outcome"
+# facts kept besides the *_outcome ones: the deploy's rollout plan (set on localhost by deploy_model.yml)
+KEPT_FACTS = ("modelfleet_rollout_plan",)
 
 
 def state_dir() -> Path:
@@ -176,7 +178,7 @@ class _Tracker:
             res = data.get("res") or {}
             if kind == "runner_on_ok":
                 for k, v in (res.get("ansible_facts") or {}).items():
-                    if k.endswith(OUTCOME_SUFFIX):
+                    if k.endswith(OUTCOME_SUFFIX) or k in KEPT_FACTS:
                         h.facts[k] = v
                 msg = res.get("msg")
                 if isinstance(msg, str) and "progress" in h.task.lower():
@@ -286,12 +288,14 @@ def run_playbook(playbook: str, inventory: str | None = None, limit: str | None 
     return res
 
 
-def deploy(profile: str, inventory: str | None = None, limit: str | None = None, check: bool = False,
+def deploy(profile: str | None = None, inventory: str | None = None, limit: str | None = None, check: bool = False,
            extravars: dict | None = None, on_event: Callable | None = None,
            playbook: str = "deploy_model.yml") -> RunResult:
-    """Deploy a profile (profiles/<name>.yml) with playbooks/deploy_model.yml (or a playbook that imports it,
-    such as deploy_kimi_int4.yml: the profile given here wins)."""
-    ev = {"modelfleet_profile_name": profile, **(extravars or {})}
+    """Deploy the fleet to what its fleet file declares with playbooks/deploy_model.yml (or a playbook that
+    imports it, such as deploy_kimi_int4.yml): each group its profile, the rollout's waves in order. A profile
+    (profiles/<name>.yml) narrows the run to the hosts that declare it and is the profile of hosts that
+    declare none (a plain inventory)."""
+    ev = ({"modelfleet_profile_name": profile} if profile else {}) | (extravars or {})
     return run_playbook(playbook, inventory, limit, check, ev, on_event)
 
 

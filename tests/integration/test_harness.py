@@ -89,6 +89,9 @@ def _metric(url: str, name: str) -> float:
     return total
 
 
+# with the benchmark client's truth checks, last and alone: they share one vLLM server (one start for both)
+@pytest.mark.exclusive
+@pytest.mark.xdist_group("bench")
 def test_vllm_cpu_streams_a_completion_and_counts_tokens(vllm_server):
     from modelfleet.harness.servers import client_cpus, server_cpus
 

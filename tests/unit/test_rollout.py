@@ -5,7 +5,14 @@ from __future__ import annotations
 
 import pytest
 from ansible.module_utils.modelfleet import fleet
-from ansible.module_utils.modelfleet.rollout import RolloutError, batch_size, plan_text, wave_plan
+from ansible.module_utils.modelfleet.rollout import (
+    RolloutError,
+    batch_size,
+    deploy_plan,
+    host_profiles,
+    plan_text,
+    wave_plan,
+)
 
 MIXED = """\
 plugin: fleet
@@ -96,3 +103,105 @@ def test_bad_serial(serial):
     with pytest.raises(RolloutError) as e:
         batch_size(serial, 3)
     assert str(e.value) == f"serial {serial!r} is neither a number of hosts nor a percentage such as '25%'"
+
+
+def _declared(text=MIXED, hosts=None):
+    p = parsed(text)
+    return {h: p["hosts"][h]["modelfleet_profile"] for h in (hosts or sorted(p["hosts"]))}, p["rollout"]
+
+
+def test_the_deploy_runs_the_fleet_files_waves_with_each_hosts_own_profile():
+    declared, rollout = _declared()
+    plan = deploy_plan(declared, rollout)
+    assert plan["host_profile"] == {"fleet-1": "tiny-llama", "fleet-2": "tiny-llama", "fleet-3": "tiny-llama-b"}
+    assert plan["profiles"] == ["tiny-llama", "tiny-llama-b"] and plan["left_out"] == []
+    assert (plan["canary_hosts"], plan["canary_serial"]) == (["fleet-1"], [1])
+    # the rest wave in the file's order (fleet-3 before fleet-2), one host per batch
+    assert (plan["rest_hosts"], plan["rest_serial"]) == (["fleet-3", "fleet-2"], [1, 1])
+    assert plan["wave_of"] == {
+        "fleet-1": {"wave": "canary", "wave_number": 1, "batch": 1, "batches": 1},
+        "fleet-3": {"wave": "rest", "wave_number": 2, "batch": 1, "batches": 2},
+        "fleet-2": {"wave": "rest", "wave_number": 2, "batch": 2, "batches": 2}}
+    # each model from the hub once: tiny-llama through the canary, tiny-llama-b through its first host
+    assert plan["seeds"] == {"tiny-llama": "fleet-1", "tiny-llama-b": "fleet-3"}
+    assert plan["max_fail_percentage"] == 0
+    assert plan["text"] == plan_text(plan["waves"])
+
+
+def test_several_waves_become_one_list_of_batch_sizes_in_order():
+    text = MIXED.replace("""    - {name: rest, hosts: [fleet-3, fleet-2], serial: 1}""",
+                         """    - {name: second, hosts: [fleet-2]}\n    - {name: third, hosts: [fleet-3]}""")
+    declared, rollout = _declared(text)
+    plan = deploy_plan(declared, rollout)
+    assert [w["name"] for w in plan["waves"]] == ["canary", "second", "third"]
+    assert (plan["rest_hosts"], plan["rest_serial"]) == (["fleet-2", "fleet-3"], [1, 1])
+    text = MIXED.replace("serial: 1}", "serial: '50%'}").replace("hosts: {fleet-3: {}}",
+                                                                "hosts: {fleet-3: {}, fleet-4: {}, fleet-5: {}}")
+    text = text.replace("hosts: [fleet-3, fleet-2]", "hosts: [fleet-3, fleet-2, fleet-4, fleet-5]")
+    declared, rollout = _declared(text)
+    plan = deploy_plan(declared, rollout)
+    assert (plan["rest_hosts"], plan["rest_serial"]) == (["fleet-3", "fleet-2", "fleet-4", "fleet-5"], [2, 2])
+
+
+def test_a_named_profile_narrows_the_deploy_to_the_hosts_that_declare_it():
+    declared, rollout = _declared()
+    plan = deploy_plan(declared, rollout, profile="tiny-llama-b")
+    assert plan["host_profile"] == {"fleet-3": "tiny-llama-b"} and plan["left_out"] == ["fleet-1", "fleet-2"]
+    assert (plan["canary_hosts"], plan["rest_hosts"]) == ([], ["fleet-3"])
+    assert plan["seeds"] == {"tiny-llama-b": "fleet-3"}
+    with pytest.raises(RolloutError) as e:
+        deploy_plan(declared, rollout, profile="kimi")
+    assert str(e.value) == ("no targeted host serves profile 'kimi': the hosts declare fleet-1: tiny-llama, "
+                            "fleet-2: tiny-llama, fleet-3: tiny-llama-b; run without a profile to converge every "
+                            "group to its own")
+
+
+def test_a_limit_is_the_targeted_hosts_and_keeps_the_order():
+    declared, rollout = _declared(hosts=["fleet-2", "fleet-3"])
+    plan = deploy_plan(declared, rollout)
+    assert [w["name"] for w in plan["waves"]] == ["rest"] and plan["canary_hosts"] == []
+    assert (plan["rest_hosts"], plan["rest_serial"]) == (["fleet-3", "fleet-2"], [1, 1])
+    assert plan["seeds"] == {"tiny-llama-b": "fleet-3", "tiny-llama": "fleet-2"}
+
+
+def test_a_plain_inventory_is_the_canary_group_then_the_rest_at_the_callers_pace():
+    declared = {"fleet-1": None, "fleet-2": None, "fleet-3": None}
+    plan = deploy_plan(declared, None, canary=["fleet-1"], profile="tiny-llama-b")
+    assert [(w["name"], w["canary"], w["batches"]) for w in plan["waves"]] == [
+        ("canary", True, [["fleet-1"]]), ("rest", False, [["fleet-2", "fleet-3"]])]
+    assert (plan["canary_serial"], plan["rest_serial"]) == ([1], [2])
+    plan = deploy_plan(declared, None, canary=["fleet-1"], profile="p", default_serial=1,
+                       default_max_fail_percentage=50)
+    assert plan["rest_serial"] == [1, 1] and plan["max_fail_percentage"] == 50
+    assert plan["waves"][1]["max_fail_percentage"] == 50
+    # no canary group: one wave; no host in a wave: nothing to run after it
+    plan = deploy_plan(declared, None, profile="p", default_serial="50%")
+    assert (plan["canary_hosts"], plan["canary_serial"]) == ([], [1])
+    assert (plan["rest_hosts"], plan["rest_serial"]) == (["fleet-1", "fleet-2", "fleet-3"], [1, 1, 1])
+    plan = deploy_plan({"fleet-1": None}, None, canary=["fleet-1"], profile="p")
+    assert (plan["rest_hosts"], plan["rest_serial"]) == ([], [1])
+
+
+def test_a_host_without_a_profile_needs_one_named():
+    with pytest.raises(RolloutError) as e:
+        deploy_plan({"b": None, "a": None}, None)
+    assert str(e.value) == ("no profile to deploy on a, b: name one (-e modelfleet_profile_name=<profile>, or "
+                            "`modelfleet deploy <profile>`) or declare `profile:` on the hosts' fleet group")
+    # hosts with a profile go ahead; the ones without are left out and reported
+    assert host_profiles({"a": "p", "b": None}) == {"a": "p"}
+    assert deploy_plan({"a": "p", "b": None}, None)["left_out"] == ["b"]
+
+
+def test_a_host_the_rollout_does_not_place_is_refused():
+    declared, rollout = _declared()
+    with pytest.raises(RolloutError) as e:
+        deploy_plan(dict(declared, extra="tiny-llama"), rollout)
+    assert str(e.value) == ("host(s) extra are in no rollout wave; add them to one in the fleet file's "
+                            "rollout.waves")
+
+
+def test_an_empty_inventory_is_refused_by_name():
+    with pytest.raises(RolloutError) as e:
+        deploy_plan({}, None, profile="tiny-llama")
+    assert str(e.value) == ("no host to deploy: the inventory lists none, or --limit / modelfleet_targets match none "
+                            "(check that it parses: ansible-inventory -i <fleet file> --graph)")

@@ -1,7 +1,9 @@
 """The fleet after: check mode on the fresh fleet (nothing), deploy tiny-llama-b, an unchanged re-run
-(the fast path), the swap to tiny-llama, an unchanged re-run with the fast path off (every step, nothing
-changed), a service stopped by hand on fleet-3 and a re-run (fleet-1/2 skip, fleet-3 repaired), and a
-broken profile on the canary (rollout stopped, canary rolled back, the other hosts untouched)."""
+(the fast path), the fleet file (two-models.fleet.yml: fleet-1 and fleet-2 swap to tiny-llama, fleet-3 keeps
+tiny-llama-b; waves canary -> rest one host at a time), the same with the fast path off (every step, nothing
+changed), a wave that fails after the canary (broken-wave.fleet.yml: the waves after it never start), a
+service stopped by hand on fleet-3 and a re-run (fleet-1/2 skip, fleet-3 repaired), and a broken profile on
+the canary (rollout stopped, canary rolled back, the other hosts untouched)."""
 
 import hashlib
 import json
@@ -13,17 +15,27 @@ import urllib.request
 import pytest
 
 PORTS = {"fleet-1": 18501, "fleet-2": 18502, "fleet-3": 18503}
+# what each host serves at the end: its fleet file group's profile (the canary's broken deploy rolled back)
+SERVES = {"fleet-1": "tiny-llama", "fleet-2": "tiny-llama", "fleet-3": "tiny-llama-b"}
 UNIT = "modelfleet-vllm@tiny-llama.service"
 OTHER = "modelfleet-vllm@tiny-llama-b.service"
 EPHEMERAL = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "")
-RECORD = "/var/lib/modelfleet/deployed/tiny-llama.json"
-# check, converge, idempotence, swap, full re-run, drift re-run, newline (refused after the preflight's
-# inspection), broken: each run's preflight reads the small files once on the controller
-DEPLOY_RUNS = 8
+# check, converge, idempotence, fleet file, its full re-run, the broken wave, drift re-run, newline (refused
+# after the preflight's inspection), broken: each run's preflight reads each profile's small files once on the
+# controller
+DEPLOY_RUNS = 9
 
 
 def _name(host):
     return host.backend.get_hostname()
+
+
+def _served(host):
+    return SERVES[_name(host)]
+
+
+def _unit(host):
+    return f"modelfleet-vllm@{_served(host)}.service"
 
 
 def _models(host, timeout=600):
@@ -45,10 +57,10 @@ def test_check_mode_on_the_fresh_fleet_changed_nothing(host):
     assert before in ("", "/opt/modelfleet/vllm"), before
 
 
-def test_every_host_serves_tiny_llama_after_the_swap_and_the_failed_rollout(host):
-    assert _models(host) == ["tiny-llama"]
-    assert host.service(UNIT).is_running
-    assert not host.service(OTHER).is_running
+def test_every_host_serves_its_groups_model_after_the_fleet_file_and_the_failed_rollouts(host):
+    assert _models(host) == [_served(host)]
+    assert host.service(_unit(host)).is_running
+    assert not host.service(OTHER if _served(host) == "tiny-llama" else UNIT).is_running
 
 
 def test_no_unit_carries_the_broken_argument(host):
@@ -56,10 +68,12 @@ def test_no_unit_carries_the_broken_argument(host):
     assert out.stdout.strip() == ""
 
 
-def test_both_models_are_on_disk_complete(host):
-    for repo in ("modelfleet-test--tiny-llama", "modelfleet-test--tiny-llama-b"):
+def test_each_model_is_complete_on_the_hosts_that_served_it_and_nowhere_else(host):
+    # tiny-llama-b everywhere (the first deploy); tiny-llama only where the fleet file serves it
+    for repo, where in (("modelfleet-test--tiny-llama", ("fleet-1", "fleet-2")),
+                        ("modelfleet-test--tiny-llama-b", tuple(PORTS))):
         out = host.run(f"ls -d /models/{repo}/*/.modelfleet/complete")
-        assert out.rc == 0, f"{_name(host)}: {repo} not complete"
+        assert (out.rc == 0) == (_name(host) in where), f"{_name(host)}: {repo} {out.rc}"
 
 
 def _plain(text):
@@ -72,7 +86,9 @@ def test_the_rollout_stopped_at_the_canary():
     assert "did not become ready" in out and "rolled back" in out
     # the canary play was the only one with hosts left, so ansible-playbook ends there; had a later play
     # run, its gate would have failed every other host with this message before touching it
-    assert "PLAY [Distribute" not in out or "rollout stopped: the canary fleet-1 did not pass" in out
+    assert "PLAY [Distribute" not in out or "rollout stopped: the canary wave (fleet-1) did not pass" in out
+    # the failure names the wave (a plain inventory: the canary group, then the rest)
+    assert "rollout stopped in wave canary (wave 1 of 2, batch 1 of 1): fleet-1 (tiny-llama-b) failed" in out
     recap = {line.split()[0]: line for line in raw.splitlines() if line.startswith("fleet-")}
     for h in ("fleet-2", "fleet-3"):
         assert h not in recap or "changed=0" in recap[h], recap[h]
@@ -84,7 +100,7 @@ def test_other_hosts_untouched_by_the_broken_deploy(host):
         return
     # their tiny-llama-b unit file is still the one from the first deploy, the server never restarted
     assert host.file(f"/etc/systemd/system/{OTHER}").exists
-    restarts = host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip()
+    restarts = host.run(f"systemctl show -p NRestarts --value {_unit(host)}").stdout.strip()
     assert restarts == "0"
 
 
@@ -113,7 +129,8 @@ def test_hub_sent_one_copy_per_model_for_three_hosts(host):
 
 def test_benchmark_reports_written(host):
     out = host.run("ls /var/lib/modelfleet/bench/done/")
-    assert "tiny-llama@" in out.stdout and "tiny-llama-b@" in out.stdout
+    assert "tiny-llama-b@" in out.stdout
+    assert ("tiny-llama@" in out.stdout) == (_served(host) == "tiny-llama"), out.stdout
 
 
 def _recap(raw):
@@ -123,6 +140,45 @@ def _recap(raw):
 def _said(out, host, start):
     """The messages a debug task printed for `host` that begin with `start` (YAML callback, wrapped)."""
     return re.findall(r"\[" + host + r"\] => msg: [>|\-'\" ]*(" + start + r"[^\[]*)", out)
+
+
+def test_the_fleet_file_converged_both_groups_in_its_declared_waves():
+    """Issue 21: one deploy with no profile named; the plan printed first, then the batches in the file's order
+    and size (canary, then fleet-3 alone, then fleet-2 alone); each host its group's model (checked on the
+    hosts above), the hub one copy of each (test_hub_sent_one_copy_per_model_for_three_hosts)."""
+    raw = _plain(open(os.path.join(EPHEMERAL, "fleet_file.out")).read())
+    out = " ".join(raw.split())
+    for line in ("wave 1 canary (canary): 1 host(s), all at once, max 0% failed per batch",
+                 "batch 1: fleet-1 (tiny-llama)", "wave 2 rest: 2 host(s), serial 1, max 0% failed per batch",
+                 "batch 1: fleet-3 (tiny-llama-b)", "batch 2: fleet-2 (tiny-llama)"):
+        assert line in out, line
+    first = out.index("wave rest (2 of 2), batch 1 of 2: fleet-3")
+    second = out.index("wave rest (2 of 2), batch 2 of 2: fleet-2")
+    assert first < second
+    # the canary's play ran before both batches; nothing was named on the command line
+    assert out.index("PLAY [Canary wave") < first and "modelfleet_profile_name" not in out
+    recap = _recap(raw)
+    assert sorted(recap) == ["fleet-1", "fleet-2", "fleet-3"]
+    for h in PORTS:
+        assert "failed=0" in recap[h] and "unreachable=0" in recap[h], recap[h]
+    # fleet-1 and fleet-2 swapped (full path); fleet-3 was already serving its group's model
+    for h in ("fleet-1", "fleet-2"):
+        assert _said(out, h, "full path:"), h
+
+
+def test_a_failed_wave_stopped_the_waves_after_it_and_named_itself():
+    """broken-wave.fleet.yml: the canary passes (up to date), fleet-3's wave fails before its unit changes,
+    fleet-2's wave never starts."""
+    raw = _plain(open(os.path.join(EPHEMERAL, "broken_wave.out")).read())
+    out = " ".join(raw.split())
+    assert ("rollout stopped in wave llama-b (wave 2 of 3, batch 1 of 1): fleet-3 (tiny-llama-b) failed; the "
+            "batches and waves after it were not started") in out, out[-3000:]
+    assert "0.31.9" in out  # the reason: the vLLM version asked for is outside the profile's range
+    assert _said(out, "fleet-1", "up to date: tiny-llama at")
+    assert "wave llama-b (2 of 3), batch 1 of 1: fleet-3" in out
+    assert "wave llama-rest (3 of 3)" not in out  # no batch of the wave after it ran
+    recap = _recap(raw)
+    assert "failed=1" in recap["fleet-3"] and "failed=0" in recap["fleet-2"] and "changed=0" in recap["fleet-2"]
 
 
 def test_full_rerun_with_the_fast_path_off_ran_every_step_and_changed_nothing():
@@ -143,7 +199,7 @@ def test_drift_rerun_skipped_the_current_hosts_and_repaired_fleet_3():
         assert _said(out, h, "up to date: tiny-llama at"), h
         assert "changed=0" in recap[h] and "failed=0" in recap[h], recap[h]
     why = _said(out, "fleet-3", "full path:")
-    assert why and "modelfleet-vllm@tiny-llama.service is not active" in why[0], why
+    assert why and "modelfleet-vllm@tiny-llama-b.service is not active" in why[0], why
     assert "failed=0" in recap["fleet-3"] and "changed=0" not in recap["fleet-3"], recap["fleet-3"]
 
 
@@ -160,13 +216,14 @@ def test_a_unit_value_with_a_newline_was_refused_before_anything_was_written(hos
 
 
 def test_deploy_record_is_root_only_and_matches_the_unit(host):
-    rec_file = host.file(RECORD)
+    record = f"/var/lib/modelfleet/deployed/{_served(host)}.json"
+    rec_file = host.file(record)
     assert rec_file.exists and rec_file.user == "root" and rec_file.mode == 0o600
-    assert host.file(os.path.dirname(RECORD)).mode == 0o700
+    assert host.file(os.path.dirname(record)).mode == 0o700
     rec = json.loads(rec_file.content_string)
     assert re.fullmatch(r"[0-9a-f]{64}", rec["inputs_digest"])
-    assert rec["unit"] == UNIT and rec["url"].endswith(f":{PORTS[_name(host)]}")
-    unit_bytes = host.file(f"/etc/systemd/system/{UNIT}").content
+    assert rec["unit"] == _unit(host) and rec["url"].endswith(f":{PORTS[_name(host)]}")
+    unit_bytes = host.file(f"/etc/systemd/system/{_unit(host)}").content
     assert rec["unit_sha256"] == hashlib.sha256(unit_bytes).hexdigest()
     # only the digest of the inputs is kept: no profile, no variables (they may hold a token)
     assert "variables" not in rec_file.content_string and "hf_fetch_endpoint" not in rec_file.content_string
@@ -179,25 +236,25 @@ def _url(host):
 
 
 def _complete(host):
-    body = json.dumps({"model": "tiny-llama", "prompt": "the fleet", "max_tokens": 5})
+    body = json.dumps({"model": _served(host), "prompt": "the fleet", "max_tokens": 5})
     out = host.run(f"curl -fsS {_url(host)}/v1/completions -H 'Content-Type: application/json' -d '{body}'")
     assert out.rc == 0, out.stderr
     return json.loads(out.stdout)
 
 
 def test_runs_as_the_service_user_and_listens_on_loopback(host):
-    assert _models(host) == ["tiny-llama"]
-    pid = host.run(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+    assert _models(host) == [_served(host)]
+    pid = host.run(f"systemctl show -p MainPID --value {_unit(host)}").stdout.strip()
     assert host.process.get(pid=int(pid)).user == "modelfleet-vllm"
     assert host.socket(f"tcp://127.0.0.1:{PORTS[_name(host)]}").is_listening
     assert not host.socket(f"tcp://0.0.0.0:{PORTS[_name(host)]}").is_listening
-    env = host.file("/etc/modelfleet/tiny-llama.env")
+    env = host.file(f"/etc/modelfleet/{_served(host)}.env")
     assert env.mode == 0o600 and env.user == "root"
     assert "HF_TOKEN" not in env.content_string  # the server runs offline: no hub credential (issue 19)
 
 
 def test_hardening_exposure(host):
-    out = host.run(f"systemd-analyze security {UNIT}").stdout
+    out = host.run(f"systemd-analyze security {_unit(host)}").stdout
     exposure = float(re.search(r"Overall exposure level for \S+: ([\d.]+)", out).group(1))
     print(f"{_name(host)}: systemd-analyze security exposure of the live unit: {exposure}")
     assert exposure <= 4.0
@@ -205,9 +262,9 @@ def test_hardening_exposure(host):
 
 def test_every_cache_of_the_live_unit_is_in_its_writable_folder(host):
     """Issue 27 on a real systemd: the unit's environment puts every cache under its ReadWritePaths."""
-    env = host.run(f"systemctl show -p Environment --value {UNIT}").stdout.split()
-    rw = host.run(f"systemctl show -p ReadWritePaths --value {UNIT}").stdout.split()
-    cache = "/var/cache/modelfleet/vllm/tiny-llama"
+    env = host.run(f"systemctl show -p Environment --value {_unit(host)}").stdout.split()
+    rw = host.run(f"systemctl show -p ReadWritePaths --value {_unit(host)}").stdout.split()
+    cache = f"/var/cache/modelfleet/vllm/{_served(host)}"
     assert rw == [cache], rw
     got = dict(e.split("=", 1) for e in env)
     for name in ("HOME", "XDG_CACHE_HOME", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "VLLM_CACHE_ROOT",
@@ -217,8 +274,9 @@ def test_every_cache_of_the_live_unit_is_in_its_writable_folder(host):
 
 def test_the_next_waves_started_with_the_canarys_compile_caches(host):
     """The canary's compile caches travelled to the hosts that serve the same thing (same vLLM, model and
-    arguments less the listener) and were unpacked only because the key was the host's own."""
-    cache = "/var/cache/modelfleet/vllm/tiny-llama"
+    arguments less the listener) and were unpacked only because the key was the host's own: tiny-llama's from
+    the fleet file's canary, tiny-llama-b's (fleet-3) from the first deploy's."""
+    cache = f"/var/cache/modelfleet/vllm/{_served(host)}"
     key = host.file(f"{cache}/.modelfleet-compile-key").content_string.strip()
     assert re.fullmatch(r"[0-9a-f]{32}", key), key
     origin = host.file(f"{cache}/.modelfleet-compile-origin")
@@ -231,7 +289,7 @@ def test_the_next_waves_started_with_the_canarys_compile_caches(host):
 
 
 def test_real_completion(host):
-    assert _models(host) == ["tiny-llama"]
+    assert _models(host) == [_served(host)]
     r = _complete(host)
     assert r["usage"]["completion_tokens"] == 5 and r["choices"][0]["text"]
 
@@ -239,7 +297,7 @@ def test_real_completion(host):
 def test_benchmark_role_wrote_results_and_reports(host):
     from pathlib import Path
 
-    outcome = json.loads(host.run("cat /var/lib/modelfleet/bench/done/tiny-llama@*.json").stdout)
+    outcome = json.loads(host.run(f"cat /var/lib/modelfleet/bench/done/{_served(host)}@*.json").stdout)
     assert outcome["levels"] == [1, 2]
     assert [p["max_concurrency"] for p in outcome["points"]] == [1, 2]
     for p in outcome["points"]:
@@ -259,11 +317,11 @@ def test_benchmark_role_wrote_results_and_reports(host):
     valid = [p["output_throughput"] for p in outcome["points"] if p["valid"]]
     assert outcome["headline"]["peak_output_tok_s"] == (pytest.approx(max(valid), abs=0.01) if valid else None)
     on_host = json.loads(host.file(outcome["host_result"]).content_string)
-    assert on_host["provenance"]["unit"] == UNIT and on_host["provenance"]["vllm_version"].startswith("vllm")
+    assert on_host["provenance"]["unit"] == _unit(host) and on_host["provenance"]["vllm_version"].startswith("vllm")
     assert on_host["provenance"]["server_environment"]["VLLM_TARGET_DEVICE"] == "cpu"
     assert "VLLM_API_KEY" not in on_host["provenance"]["server_environment"]
     reports = Path(EPHEMERAL) / "bench"
-    name = f"{_name(host)}--tiny-llama"
+    name = f"{_name(host)}--{_served(host)}"
     for ext in ("json", "csv", "png", "html"):
         assert (reports / f"{name}.{ext}").stat().st_size > 200, ext
     assert name in (reports / "comparison.md").read_text()
@@ -271,8 +329,8 @@ def test_benchmark_role_wrote_results_and_reports(host):
 
 def test_swap_stopped_the_first_model_before_starting_the_second(host):
     """The MiniMax -> Kimi shape: tiny-llama-b was stopped before tiny-llama started on the same port. On
-    fleet-2, whose tiny-llama unit started exactly once (fleet-1 rolled back and is killed below, fleet-3 was
-    stopped by hand and repaired)."""
+    fleet-2, whose tiny-llama unit started exactly once (fleet-1 rolled back and is killed below; fleet-3
+    serves tiny-llama-b)."""
     if _name(host) != "fleet-2":
         return
 

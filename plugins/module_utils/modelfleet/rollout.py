@@ -85,3 +85,87 @@ def plan_text(plan: list[dict]) -> str:
         for i, batch in enumerate(w["batches"], start=1):
             lines.append(f"  batch {i}: " + ", ".join(f"{h} ({w['profiles'][h] or 'no profile'})" for h in batch))
     return "\n".join(lines)
+
+
+def host_profiles(declared: dict, profile: str | None = None) -> dict:
+    """Each targeted host's profile: the one its fleet group declares; a named profile narrows the run to
+    the hosts that declare it and is the profile of hosts that declare none (a plain inventory)."""
+    if not declared:
+        raise RolloutError("no host to deploy: the inventory lists none, or --limit / modelfleet_targets match none "
+                           "(check that it parses: ansible-inventory -i <fleet file> --graph)")
+    out = {}
+    for h, p in declared.items():
+        if p is None or p == "":
+            if profile is None:
+                continue
+            out[h] = profile
+        elif profile is None or p == profile:
+            out[h] = p
+    if not out:
+        if profile is None:
+            raise RolloutError(
+                f"no profile to deploy on {', '.join(sorted(declared)) or 'any host'}: name one "
+                "(-e modelfleet_profile_name=<profile>, or `modelfleet deploy <profile>`) or declare `profile:` "
+                "on the hosts' fleet group")
+        raise RolloutError(
+            f"no targeted host serves profile {profile!r}: the hosts declare "
+            + ", ".join(f"{h}: {p}" for h, p in sorted(declared.items()))
+            + "; run without a profile to converge every group to its own")
+    return out
+
+
+def deploy_plan(declared: dict, rollout: dict | None = None, canary=(), profile: str | None = None,
+                default_serial=None, default_max_fail_percentage: int = 0) -> dict:
+    """What `deploy_model.yml` runs, from the hosts Ansible targets (after --limit), in inventory order.
+
+    declared: {host: the profile its fleet group declares, or None}. rollout: the fleet file's
+    (modelfleet_rollout), or None for a plain inventory, whose waves are then the `canary` group and the
+    rest at `default_serial`. Hosts declaring none take `profile`; hosts declaring another are left out
+    (and reported in `left_out`)."""
+    profiles = host_profiles(declared, profile)
+    hosts = list(profiles)
+    if rollout and rollout.get("waves"):
+        waves = rollout["waves"]
+        mfp = rollout.get("max_fail_percentage", 0)
+    else:
+        canaries = [h for h in hosts if h in set(canary)]
+        waves = ([{"name": "canary", "hosts": canaries, "canary": True, "serial": None}] if canaries else []) + [
+            {"name": "rest", "hosts": [h for h in hosts if h not in canaries], "canary": False,
+             "serial": default_serial}]
+        mfp = default_max_fail_percentage
+    placed = {h for w in waves for h in w["hosts"]}
+    unplaced = [h for h in hosts if h not in placed]
+    if unplaced:
+        raise RolloutError(f"host(s) {', '.join(unplaced)} are in no rollout wave; add them to one in the fleet "
+                           "file's rollout.waves")
+    parsed = {"hosts": {h: {"modelfleet_profile": profiles[h]} for h in hosts},
+              "rollout": {"waves": waves, "max_fail_percentage": mfp}}
+    plan = wave_plan(parsed)
+    canary_waves = [w for w in plan if w["canary"]]
+    rest_waves = [w for w in plan if not w["canary"]]
+    wave_of = {}
+    for w in plan:
+        for i, batch in enumerate(w["batches"], start=1):
+            for h in batch:
+                wave_of[h] = {"wave": w["name"], "wave_number": w["index"] + 1, "batch": i,
+                              "batches": len(w["batches"])}
+    order = [h for w in plan for b in w["batches"] for h in b]
+    seeds = {}
+    for h in order:
+        seeds.setdefault(profiles[h], h)
+    return {
+        "waves": plan,
+        "text": plan_text(plan),
+        "host_profile": profiles,
+        "profiles": sorted(set(profiles.values())),
+        "left_out": sorted(set(declared) - set(profiles)),
+        "canary_hosts": [h for w in canary_waves for b in w["batches"] for h in b],
+        "canary_serial": [len(b) for w in canary_waves for b in w["batches"]] or [1],
+        "rest_hosts": [h for w in rest_waves for b in w["batches"] for h in b],
+        "rest_serial": [len(b) for w in rest_waves for b in w["batches"]] or [1],
+        "max_fail_percentage": mfp,
+        "wave_of": wave_of,
+        # the host of each model that takes it from the hub (its first in the rollout: a canary when one serves
+        # it); the others receive it from there
+        "seeds": seeds,
+    }
