@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from modelfleet._paths import PLAYBOOKS_DIR, REPO_ROOT
+from modelfleet._paths import PLAYBOOKS_DIR, REPO_ROOT, import_module_utils
 
 PHASES = {"storage_cleanup": "cleanup", "hf_fetch": "fetch", "nvidia_env": "environment",
           "vllm_service": "serve", "benchmark": "benchmark", "smoke_service": "smoke"}
@@ -35,7 +35,12 @@ KEPT_FACTS = ("modelfleet_rollout_plan",)
 
 
 def state_dir() -> Path:
-    return Path(os.environ.get("MODELFLEET_STATE_DIR") or Path.home() / ".local" / "state" / "modelfleet")
+    """$MODELFLEET_STATE_DIR, else ~/.local/state/modelfleet (the one rule: controller_paths.state_dir, which the
+    playbooks reach through the state_dir lookup)."""
+    import_module_utils()
+    from ansible.module_utils.modelfleet.controller_paths import state_dir as _state_dir
+
+    return Path(_state_dir())
 
 
 @dataclass

@@ -244,6 +244,16 @@ MODULES = [
     ("parallelism_plan", {"checkpoint": {}, "gpus": {"count": 0, "memory_bytes": 1}}, ("GPU count|size",)),
     ("hf_lock", {"repo_id": "org/name", "revision": "main", "root": "{root}", "endpoint": "http://127.0.0.1:9",
                  "token_file": "{tmp}/shared-key"}, ("token file", "chmod 600")),
+    ("rollout_plan", {"declared": {}}, ("no host to deploy", "ansible-inventory")),
+    ("rollout_plan", {"declared": {"a": None}}, ("no profile to deploy on a", "modelfleet_profile_name")),
+    ("rollout_plan", {"declared": {"a": "x"}, "profile": "y"}, ("no targeted host serves profile 'y'", "a: x")),
+    ("rollout_plan", {"declared": {"a": None}, "profile": "x", "default_serial": "lots"},
+     ("serial 'lots'", "percentage")),
+    ("environment_gates", {"host": "gpu-01", "gpu_facts": {"gpu_count": 1, "compute_capabilities": ["twelve"]}},
+     ("'twelve' is not MAJOR.MINOR",)),
+    ("environment_gates", {"host": "gpu-01", "accelerator": "tpu"}, ("accelerator", "nvidia, cpu")),
+    ("environment_gates", {"host": "gpu-01", "gpu_facts": {"gpu_count": 8, "compute_capabilities": ["12.0"]},
+                           "profile": "@kimi", "vllm_version": "0.9.0"}, ("vLLM 0.9.0 does not satisfy",)),
 ]
 
 

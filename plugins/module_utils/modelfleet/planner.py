@@ -74,6 +74,16 @@ def compute_capability(value, what: str = "compute capability") -> tuple[int, in
     return int(m.group(1)), int(m.group(2))
 
 
+def sm120_fp8_kv_problem(kv_cache_dtype: str, ccs: list) -> str | None:
+    """FP8 KV cache on SM120 (RTX PRO 6000 / RTX 50 Blackwell) is known broken in vLLM."""
+    kv = str(kv_cache_dtype or "auto").strip().lower()
+    sm120 = [cc for cc in ccs or [] if (compute_capability(cc) or (0, 0))[0] == 12]
+    if kv.startswith("fp8") and sm120:
+        return (f"kv_cache_dtype {kv} on SM120 (compute capability {', '.join(sm120)}) is known broken in vLLM; "
+                "set vllm.kv_cache_dtype: auto in the profile")
+    return None
+
+
 def kv_cache_dtype_name(value) -> str:
     """The KV-cache dtype as vLLM spells it (lower case), or a PlanError listing the accepted ones."""
     name = str(value).strip().lower() if isinstance(value, str) else None
@@ -118,10 +128,10 @@ def plan(facts: dict, gpus: dict, profile: dict | None = None, input_len: int = 
     reasons: list[str] = []
     warnings: list[str] = []
     cc = gpus.get("compute_capability")
-    cc_t = compute_capability(cc)
-    if cc_t and cc_t[0] == 12 and kv_dtype.startswith("fp8"):
-        raise PlanError(f"kv_cache_dtype {kv_dtype} on SM120 (compute capability {cc}) is known broken in vLLM; "
-                        "set kv_cache_dtype: auto in the profile")
+    compute_capability(cc)
+    sm120 = sm120_fp8_kv_problem(kv_dtype, [cc] if cc else [])
+    if sm120:
+        raise PlanError(sm120)
     total = facts.get("tensor_bytes") or facts.get("shard_bytes") or facts.get("total_bytes")
     if not total:
         raise PlanError("the checkpoint facts have no size (tensor_bytes / total_bytes); inspect it first")

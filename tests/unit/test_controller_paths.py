@@ -1,0 +1,49 @@
+"""The controller's state folder has one rule (issue 21): the runner's run folders, the benchmark role's reports
+and vllm_service's compile-cache archives all follow $MODELFLEET_STATE_DIR."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from ansible.module_utils.modelfleet.controller_paths import state_dir
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_the_variable_wins_else_the_users_state_folder():
+    assert state_dir({"MODELFLEET_STATE_DIR": "/srv/mf", "HOME": "/home/a"}) == "/srv/mf"
+    assert state_dir({"HOME": "/home/a"}) == "/home/a/.local/state/modelfleet"
+    assert state_dir({"MODELFLEET_STATE_DIR": "", "HOME": "/home/a"}) == "/home/a/.local/state/modelfleet"
+    assert state_dir({}, home="/h") == "/h/.local/state/modelfleet"
+
+
+@pytest.mark.parametrize("env", [{"MODELFLEET_STATE_DIR": "/srv/mf-state"}, {}])
+def test_the_playbooks_lookup_and_the_runner_agree(env, tmp_path):
+    base = {k: v for k, v in os.environ.items() if k != "MODELFLEET_STATE_DIR"}
+    full = {**base, **env, "HOME": str(tmp_path), "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"),
+            "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m",
+         "ansible.builtin.debug", "-a",
+         "msg={{ [lookup('state_dir'), lookup('state_dir', 'compile-cache')] | to_json }}"],
+        capture_output=True, text=True, env=full, cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = json.loads(json.loads(out.stdout.split("=>", 1)[1])["msg"])
+    runner = subprocess.run([sys.executable, "-c", "from modelfleet import runner; print(runner.state_dir())"],
+                            capture_output=True, text=True, env=full, timeout=60).stdout.strip()
+    want = env.get("MODELFLEET_STATE_DIR") or str(tmp_path / ".local/state/modelfleet")
+    assert got == [want, want + "/compile-cache"] and runner == want
+
+
+def test_the_lookup_refuses_a_path_that_leaves_the_folder():
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m",
+         "ansible.builtin.debug", "-a", "msg={{ lookup('state_dir', '../etc') }}"],
+        capture_output=True, text=True, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, cwd=ROOT,
+        timeout=120)
+    assert out.returncode != 0 and "is not a relative path under the state folder" in out.stdout + out.stderr
