@@ -73,6 +73,7 @@ RETURN = r"""
 argv: {description: The server command line., returned: success, type: list, elements: str}
 exec_start: {description: argv quoted for systemd, one element per line in the unit., returned: success, type: list, elements: str}
 unit: {description: The unit name., returned: success, type: str}
+unit_path: {description: Where the unit file is installed., returned: success, type: str}
 timeout_start_seconds: {description: TimeoutStartSec and the readiness budget., returned: success, type: int}
 command_line: {description: The command as one shell-readable line (shown in check/diff mode)., returned: success, type: str}
 cache_dir: {description: The writable cache folder, normalised (ReadWritePaths and WorkingDirectory)., returned: success, type: str}
@@ -104,6 +105,7 @@ from ansible.module_utils.modelfleet.vllm_unit import (
     start_timeout_seconds,
     unit_environment,
     unit_name,
+    unit_path,
     vllm_version,
 )
 
@@ -136,6 +138,7 @@ def main():
                            host=p["host"], port=p["port"], revision=p["revision"], gpu_count=p["gpu_count"],
                            api_key_set=p["api_key_set"])
         unit = unit_name(p["profile"]["served_model_name"])
+        path = unit_path(p["profile"]["served_model_name"])
         timeout = start_timeout_seconds(p["model_bytes"], p["load_bytes_per_s"], p["base_seconds"])
         check_api_key(p["api_key"])
         env = unit_environment(p["cache_dir"], p["extra_environment"])
@@ -147,7 +150,7 @@ def main():
         cache_key = compile_cache_key(argv, vllm_version(p["python"]))
     except (ModelfleetError, KeyError) as e:
         module.fail_json(msg=f"vllm_unit: {e}")
-    module.exit_json(changed=False, argv=argv, exec_start=exec_start, unit=unit,
+    module.exit_json(changed=False, argv=argv, exec_start=exec_start, unit=unit, unit_path=path,
                      timeout_start_seconds=timeout, command_line=" ".join(shlex.quote(a) for a in argv),
                      cache_dir=env["HOME"], environment=env, environment_lines=env_lines,
                      read_only_paths=ro_paths, read_write_paths=rw_paths, ip_address_allow=ip_allow,

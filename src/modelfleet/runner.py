@@ -304,9 +304,10 @@ def deploy(profile: str | None = None, inventory: str | None = None, limit: str 
     return run_playbook(playbook, inventory, limit, check, ev, on_event)
 
 
-def plan(profile: str, inventory: str | None = None, limit: str | None = None, extravars: dict | None = None,
-         on_event: Callable | None = None, playbook: str = "deploy_model.yml") -> RunResult:
-    """The whole deploy in check mode: what would be deleted, downloaded, started; changes nothing."""
+def plan(profile: str | None = None, inventory: str | None = None, limit: str | None = None,
+         extravars: dict | None = None, on_event: Callable | None = None,
+         playbook: str = "deploy_model.yml") -> RunResult:
+    """The whole deploy in check mode: the wave plan, what would be deleted, downloaded, started; changes nothing."""
     return deploy(profile, inventory, limit, True, extravars, on_event, playbook)
 
 

@@ -252,6 +252,7 @@ MODULES = [
     ("environment_gates", {"host": "gpu-01", "gpu_facts": {"gpu_count": 1, "compute_capabilities": ["twelve"]}},
      ("'twelve' is not MAJOR.MINOR",)),
     ("environment_gates", {"host": "gpu-01", "accelerator": "tpu"}, ("accelerator", "nvidia, cpu")),
+    ("venv_probe", {"pins": ["vllm==0.19.1"]}, ("python",)),
     ("environment_gates", {"host": "gpu-01", "gpu_facts": {"gpu_count": 8, "compute_capabilities": ["12.0"]},
                            "profile": "@kimi", "vllm_version": "0.9.0"}, ("vLLM 0.9.0 does not satisfy",)),
 ]

@@ -13,6 +13,7 @@ from ansible.module_utils.modelfleet.vllm_unit import (
     start_timeout_seconds,
     systemd_quote,
     unit_name,
+    unit_path,
 )
 
 from tests.conftest import ROOT
@@ -68,6 +69,7 @@ def test_timeout_sized_from_the_model():
 
 def test_unit_name_and_quoting():
     assert unit_name("kimi-k2.5") == "modelfleet-vllm@kimi-k2.5.service"
+    assert unit_path("kimi-k2.5") == "/etc/systemd/system/modelfleet-vllm@kimi-k2.5.service"
     with pytest.raises(ServeError):
         unit_name("bad name/../x")
     assert systemd_quote("a b") == '"a b"' and systemd_quote("50%") == "50%%" and systemd_quote("$X") == "$$X"

@@ -40,6 +40,14 @@ def unit_name(served_name: str) -> str:
     return f"modelfleet-vllm@{served_name}.service"
 
 
+UNIT_DIR = "/etc/systemd/system"
+
+
+def unit_path(served_name: str) -> str:
+    """Where the unit file of this served model is installed (the name's one home is unit_name)."""
+    return f"{UNIT_DIR}/{unit_name(served_name)}"
+
+
 def server_argv(*, python: str, model_dir: str, profile: dict, plan: dict | None, host: str, port: int,
                 revision: str | None, gpu_count: int | None = None, api_key_set: bool = False) -> list[str]:
     v = profile.get("vllm", {})

@@ -1,0 +1,84 @@
+#!/usr/bin/python
+"""Ansible module shell over modelfleet's venv probe (plugins/module_utils/modelfleet/venv_probe.py)."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: venv_probe
+short_description: What a Python venv holds, and whether it already is what the role pins
+description:
+  - Asks the venv's own python for the installed version of each pinned name and each name that must be absent,
+    and says whether the venv is already current (every pin an exact C(name==version) installed at that version,
+    none of O(absent) installed). One probe for the vLLM venv (nvidia_env) and the fetch venv (hf_fetch).
+  - Reads only; check mode gives the same answer. A venv that does not exist yet is not current.
+version_added: "0.1.0"
+author: modelfleet
+options:
+  python:
+    description: The venv's python (for example /opt/modelfleet/vllm/bin/python).
+    type: str
+    required: true
+  pins:
+    description: What the venv must hold, as C(name==version).
+    type: list
+    elements: str
+    default: []
+  absent:
+    description: Names that must not be installed.
+    type: list
+    elements: str
+    default: []
+attributes:
+  check_mode:
+    support: full
+  diff_mode:
+    support: none
+"""
+
+EXAMPLES = r"""
+- name: Is the vLLM venv already as pinned
+  venv_probe:
+    python: /opt/modelfleet/vllm/bin/python
+    pins: ["vllm==0.19.1"]
+    absent: [torchvision]
+  register: __probe
+"""
+
+RETURN = r"""
+installed:
+  description: Each probed name's installed version (null when absent), or null when the venv did not answer.
+  returned: always
+  type: dict
+current:
+  description: Whether the venv is already as pinned.
+  returned: always
+  type: bool
+reasons:
+  description: Why it is not current (empty when it is).
+  returned: always
+  type: list
+  elements: str
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.modelfleet.venv_probe import judge, pin_name, probe
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "python": {"type": "str", "required": True},
+            "pins": {"type": "list", "elements": "str", "default": []},
+            "absent": {"type": "list", "elements": "str", "default": []},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    installed = probe(p["python"], [pin_name(s) for s in p["pins"]] + list(p["absent"]))
+    current, reasons = judge(installed, p["pins"], p["absent"])
+    module.exit_json(changed=False, installed=installed, current=current, reasons=reasons)
+
+
+if __name__ == "__main__":
+    main()
