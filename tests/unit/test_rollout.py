@@ -124,6 +124,7 @@ def test_the_deploy_runs_the_fleet_files_waves_with_each_hosts_own_profile():
         "fleet-2": {"wave": "rest", "wave_number": 2, "batch": 2, "batches": 2}}
     # each model from the hub once: tiny-llama through the canary, tiny-llama-b through its first host
     assert plan["seeds"] == {"tiny-llama": "fleet-1", "tiny-llama-b": "fleet-3"}
+    assert plan["profile_hosts"] == {"tiny-llama": ["fleet-1", "fleet-2"], "tiny-llama-b": ["fleet-3"]}
     assert plan["max_fail_percentage"] == 0
     assert plan["text"] == plan_text(plan["waves"])
 
@@ -162,6 +163,7 @@ def test_a_limit_is_the_targeted_hosts_and_keeps_the_order():
     assert [w["name"] for w in plan["waves"]] == ["rest"] and plan["canary_hosts"] == []
     assert (plan["rest_hosts"], plan["rest_serial"]) == (["fleet-3", "fleet-2"], [1, 1])
     assert plan["seeds"] == {"tiny-llama-b": "fleet-3", "tiny-llama": "fleet-2"}
+    assert plan["profile_hosts"] == {"tiny-llama-b": ["fleet-3"], "tiny-llama": ["fleet-2"]}
 
 
 def test_a_plain_inventory_is_the_canary_group_then_the_rest_at_the_callers_pace():

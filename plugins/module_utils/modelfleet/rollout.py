@@ -150,9 +150,9 @@ def deploy_plan(declared: dict, rollout: dict | None = None, canary=(), profile:
                 wave_of[h] = {"wave": w["name"], "wave_number": w["index"] + 1, "batch": i,
                               "batches": len(w["batches"])}
     order = [h for w in plan for b in w["batches"] for h in b]
-    seeds = {}
+    profile_hosts: dict = {}
     for h in order:
-        seeds.setdefault(profiles[h], h)
+        profile_hosts.setdefault(profiles[h], []).append(h)
     return {
         "waves": plan,
         "text": plan_text(plan),
@@ -167,5 +167,7 @@ def deploy_plan(declared: dict, rollout: dict | None = None, canary=(), profile:
         "wave_of": wave_of,
         # the host of each model that takes it from the hub (its first in the rollout: a canary when one serves
         # it); the others receive it from there
-        "seeds": seeds,
+        "seeds": {p: hs[0] for p, hs in profile_hosts.items()},
+        # each profile's hosts in the rollout's order (the fan-out of a model stays among them)
+        "profile_hosts": profile_hosts,
     }
