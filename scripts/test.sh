@@ -76,7 +76,9 @@ run_scenario() {
   start=$(date +%s)
   printf -- '-- molecule test -s %s started (%d s since start)\n' "$s" "$(( start - t0 ))"
   # molecule wraps its output at the terminal's width (80 columns without one): wide enough for a test id
-  if COLUMNS=250 molecule test -s "$s" >"$root/.cache/molecule-$s.log" 2>&1; then
+  # each line of the log carries its wall-clock time (where a scenario's minutes go; pipefail keeps molecule's status)
+  if COLUMNS=250 molecule test -s "$s" 2>&1 | awk '{ print strftime("%H:%M:%S"), $0; fflush() }' \
+       >"$root/.cache/molecule-$s.log"; then
     report=$(grep -E "::.*(PASSED|FAILED|ERROR)" "$root/.cache/molecule-$s.log" \
              | sed -E 's/\x1b\[[0-9;]*m//g; s/^[^t]*tests/  tests/; s/[[:space:]]*\[?[[:space:]]*$//' || true)
     printf '\n== molecule test -s %s ==\n%s\nscenario %s passed in %d s\n' "$s" "$report" "$s" "$(( $(date +%s) - start ))"
@@ -100,12 +102,26 @@ run_lane() { local s; for s in "$@"; do run_scenario "$s" || return 1; done; }
 workers=${MODELFLEET_PYTEST_WORKERS:-2}
 xdist=()
 [ "$workers" -gt 0 ] && xdist=(-n "$workers" --dist loadgroup)
+# The exclusive tests' summary is read from this log at the end; in the two-lane run they start in the second
+# lane once its scenarios and the shared pytest are done: their vLLM server starts beside molecule/fleet's
+# tail (on the core the finished lane left idle) and nothing is measured until this script writes
+# $quiet_file after the first lane has ended (tests/conftest.py waits for it).
+quiet_file="$root/.cache/quiet-machine"
+rm -f "$quiet_file" "$root/.cache/pytest-exclusive.rc"
+pytest_exclusive() {
+  local rc=0
+  MODELFLEET_QUIET_FILE="$quiet_file" MODELFLEET_QUIET_PID=$$ \
+    python -m pytest -p no:cacheprovider -m exclusive --durations=5 "$@" >"$root/.cache/pytest-exclusive.log" 2>&1 \
+    || rc=$?
+  echo "$rc" >"$root/.cache/pytest-exclusive.rc"
+}
 pytest_shared() {
   local start rc=0
   start=$(date +%s)
   python -m pytest -p no:cacheprovider "${xdist[@]}" -m "not exclusive" --durations=10 "$@" \
     >"$root/.cache/pytest-shared.log" 2>&1 || rc=$?
   echo "pytest (all but exclusive, ${workers} workers) $(( $(date +%s) - start ))" >>"$root/.cache/test-timings"
+  [ "$rc" = 5 ] && rc=0  # a filter (-k ...) that leaves only exclusive tests
   return $rc
 }
 
@@ -129,14 +145,19 @@ elif [ "${MODELFLEET_MOLECULE_LANES:-2}" = 1 ] || [ ${#heavy[@]} = 0 ] || [ ${#r
 else
   step "molecule (${#heavy[@]} + ${#rest[@]} scenarios, 2 lanes: lint, the others, then pytest in the second)"
   run_lane "${heavy[@]}" & lane1=$!
-  { run_slow_lint || exit 11; run_lane "${rest[@]}" || exit 1; pytest_shared "$@" || exit 10; } & lane2=$!
+  { run_slow_lint || exit 11; run_lane "${rest[@]}" || exit 1; r=0; pytest_shared "$@" || r=10
+    pytest_exclusive "$@"; exit $r; } & lane2=$!
   wait "$lane1" || mol_rc=1
+  lane1_end=$(date +%s)
+  touch "$quiet_file"
   wait "$lane2" || { r=$?; case "$r" in 10) shared_rc=1 ;; 11) lint_rc=1 ;; *) mol_rc=1 ;; esac; }
+  [ -s "$root/.cache/pytest-exclusive.rc" ] \
+    && echo "pytest (exclusive, after molecule/fleet) $(( $(date +%s) - lane1_end ))" >>"$root/.cache/test-timings"
   printf '\n== module docs, playbook syntax, ansible-lint (second lane) ==\n'
   cat "$root/.cache/lint.log"
 fi
 
-step "pytest (exclusive: alone on the machine)"
+step "reports (and pytest exclusive, alone, when it did not run in the second lane)"
 printf '\n== time per step (set-up %d s) ==\n' "$(( t0 - setup_start ))"
 printf '%s\n' "${timings[@]}"
 [ -s "$root/.cache/test-timings" ] && sed 's/^\(molecule\|pytest\|lint\) \(.*\) \([0-9]*\)$/  \1 \2: \3 s/' "$root/.cache/test-timings"
@@ -150,9 +171,13 @@ if [ "$mol_rc" != 0 ]; then
 fi
 printf '\n== pytest (all but exclusive) ==\n'
 cat "$root/.cache/pytest-shared.log"
-excl_rc=0
-python -m pytest -p no:cacheprovider -m exclusive --durations=5 "$@" 2>&1 | tee "$root/.cache/pytest-exclusive.log" \
-  || excl_rc=${PIPESTATUS[0]}
+if [ ! -s "$root/.cache/pytest-exclusive.rc" ]; then  # one lane, or no scenario: they run now, alone
+  touch "$quiet_file"
+  pytest_exclusive "$@"
+fi
+printf '\n== pytest (exclusive) ==\n'
+cat "$root/.cache/pytest-exclusive.log"
+excl_rc=$(cat "$root/.cache/pytest-exclusive.rc")
 [ "$excl_rc" = 5 ] && excl_rc=0  # a filter (-k ...) that leaves no exclusive test
 # one closing line for both parts, from each part's pytest summary line
 summary_line() {

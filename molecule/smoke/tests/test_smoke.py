@@ -28,7 +28,7 @@ def test_runs_as_service_user(host):
 
 
 def test_port_listening_and_answers(host):
-    port = PORTS[host.backend.name]
+    port = PORTS[host.backend.get_hostname()]
     assert host.socket(f"tcp://127.0.0.1:{port}").is_listening
     # the host network is shared by both hosts: this port is the one this host's unit was given
     assert f"http.server {port} " in host.run("systemctl show -p ExecStart --value modelfleet-smoke").stdout
