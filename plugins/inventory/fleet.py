@@ -27,7 +27,9 @@ options:
   gpu: {description: Fleet-wide GPU defaults (kind, count, memory_gib, interconnect)., type: dict}
   profile: {description: Fleet-wide profile., type: str}
   groups: {description: 'Host groups - profile, gpu, models_root, connection, vars, hosts.', type: dict, required: true}
-  rollout: {description: 'Rollout waves [{name, hosts, canary, serial}] and max_fail_percentage.', type: dict}
+  rollout:
+    description: Rollout waves [{name, hosts, canary, serial, max_fail_percentage}] and the default max_fail_percentage.
+    type: dict
   conditional_groups: {description: Groups by Jinja2 conditionals (the constructable groups option)., type: dict, default: {}}
 extends_documentation_fragment:
   - constructed

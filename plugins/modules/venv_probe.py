@@ -29,6 +29,11 @@ options:
     type: list
     elements: str
     default: []
+  report:
+    description: More names whose installed version is returned in RV(installed), judged by nothing.
+    type: list
+    elements: str
+    default: []
 attributes:
   check_mode:
     support: full
@@ -71,11 +76,12 @@ def main():
             "python": {"type": "str", "required": True},
             "pins": {"type": "list", "elements": "str", "default": []},
             "absent": {"type": "list", "elements": "str", "default": []},
+            "report": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
     )
     p = module.params
-    installed = probe(p["python"], [pin_name(s) for s in p["pins"]] + list(p["absent"]))
+    installed = probe(p["python"], [pin_name(s) for s in p["pins"]] + list(p["absent"]) + list(p["report"]))
     current, reasons = judge(installed, p["pins"], p["absent"])
     module.exit_json(changed=False, installed=installed, current=current, reasons=reasons)
 

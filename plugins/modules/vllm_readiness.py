@@ -62,7 +62,8 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.readiness import look, restart_count, show_unit, start_verdict
+from ansible.module_utils.modelfleet.readiness import UNIT_PROPERTIES, look, restart_count, start_verdict
+from ansible.module_utils.modelfleet.systemd import SystemdError, show_unit
 
 
 def journal_tail(unit):
@@ -89,7 +90,10 @@ def main():
     t0 = time.monotonic()
     while True:
         stage, detail, text = look(p["url"].rstrip("/"), p["served_name"], p["api_key"], p["prompt"], p["max_tokens"])
-        props = show_unit(p["unit"]) if p["unit"] else {}
+        try:
+            props = show_unit(p["unit"], UNIT_PROPERTIES) if p["unit"] else {}
+        except SystemdError as e:
+            module.fail_json(msg=f"vllm_readiness: cannot read {p['unit']}'s state from systemd ({e})")
         dead, why = start_verdict(props, p["restarts_allowed"]) if p["unit"] and stage != "ready" else (False, "")
         if stage == "ready" or dead or time.monotonic() - t0 >= p["wait_seconds"]:
             break

@@ -47,3 +47,28 @@ def test_the_lookup_refuses_a_path_that_leaves_the_folder():
         capture_output=True, text=True, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, cwd=ROOT,
         timeout=120)
     assert out.returncode != 0 and "is not a relative path under the state folder" in out.stdout + out.stderr
+
+
+def test_the_model_paths_lookup_is_the_layout_hf_lock_returns():
+    """Playbooks that know a repo and commit but did not call hf_lock (a local source, the plan, the relay) get
+    the model's folders from the same function (fetch.model_paths); a revision that is not a commit is refused."""
+    from ansible.module_utils.modelfleet.fetch import model_paths
+
+    rev = "0123456789abcdef0123456789abcdef01234567"
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m",
+         "ansible.builtin.debug", "-a",
+         "msg={{ lookup('model_paths', 'moonshotai/Kimi-K2.5', '" + rev + "', root='/srv/models') | to_json }}"],
+        capture_output=True, text=True,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
+        cwd=ROOT, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+    got = json.loads(json.loads(out.stdout.split("=>", 1)[1])["msg"])
+    assert got == model_paths("/srv/models", "moonshotai/Kimi-K2.5", rev)
+    assert got["final"] == "/srv/models/moonshotai--Kimi-K2.5/" + rev
+    bad = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m",
+         "ansible.builtin.debug", "-a", "msg={{ lookup('model_paths', 'moonshotai/Kimi-K2.5', 'main', root='/m') }}"],
+        capture_output=True, text=True, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, cwd=ROOT,
+        timeout=120)
+    assert bad.returncode != 0 and "model_paths: revision 'main' is not a 40-hex commit" in bad.stdout + bad.stderr

@@ -190,7 +190,16 @@ EXACT = [
     ("wave not a mapping", ONE + "rollout:\n  waves: [a]\n",
      "e.yml:8: rollout.waves.0: wave 1 must be a mapping, got str"),
     ("wave unknown key", ONE + "rollout:\n  waves:\n    - {name: w, hosts: [a], pace: 1}\n",
-     "e.yml:9: rollout.waves.0.pace: unknown key 'pace' in wave 1; allowed: canary, hosts, name, serial"),
+     "e.yml:9: rollout.waves.0.pace: unknown key 'pace' in wave 1; allowed: canary, hosts, max_fail_percentage, name, "
+     "serial"),
+    ("wave mfp over 100", ONE + "rollout:\n  waves:\n    - {name: w, hosts: [a], max_fail_percentage: 101}\n",
+     "e.yml:9: rollout.waves.0.max_fail_percentage: wave w: max_fail_percentage must be 0-100, got 101"),
+    ("wave mfp text", ONE + "rollout:\n  waves:\n    - {name: w, hosts: [a], max_fail_percentage: '5%'}\n",
+     "e.yml:9: rollout.waves.0.max_fail_percentage: wave w: max_fail_percentage must be 0-100, got '5%'"),
+    ("canary wave tolerating failures",
+     ONE + "rollout:\n  waves:\n    - {name: w, canary: true, hosts: [a], max_fail_percentage: 50}\n",
+     "e.yml:9: rollout.waves.0.max_fail_percentage: wave w: a canary wave tolerates no failure (any failed canary "
+     "stops the rollout); remove its max_fail_percentage, or make it an ordinary first wave"),
     ("wave without name", ONE + "rollout:\n  waves:\n    - {hosts: [a]}\n",
      "e.yml:9: rollout.waves.0.name: wave 1 needs a name (letters, digits, '_', '.', '-')"),
     ("wave name number", ONE + "rollout:\n  waves:\n    - {name: 1, hosts: [a]}\n",

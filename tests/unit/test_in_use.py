@@ -118,12 +118,6 @@ def test_systemctl_missing():
                                    "'systemctl'); a plan that cannot see what runs deletes nothing.")
 
 
-def test_parse_show_blocks_and_repeated_keys():
-    assert iu.parse_show("Id=a\nEnvironment=X=1\nEnvironment=Y=2\n\n\nId=b\nWorkingDirectory=/w") == [
-        {"Id": "a", "Environment": "X=1\nY=2"}, {"Id": "b", "WorkingDirectory": "/w"}]
-    assert iu.parse_show("") == [] and iu.parse_show("\n\n") == []
-
-
 def test_script_text_reads_only_small_scripts(tmp_path):
     s = tmp_path / "s.sh"
     s.write_bytes(b"#!/bin/sh\necho /models/x \xff\n")

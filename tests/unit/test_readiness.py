@@ -3,10 +3,8 @@ not after Restart= has repeated it up to the start limit; a unit found running j
 
 from __future__ import annotations
 
-import subprocess
-
 import pytest
-from ansible.module_utils.modelfleet.readiness import UNIT_PROPERTIES, show_unit, start_verdict
+from ansible.module_utils.modelfleet.readiness import start_verdict
 
 STARTING = {"ActiveState": "activating", "SubState": "start", "NRestarts": "0", "Result": "success",
             "ExecMainCode": "0", "ExecMainStatus": "0"}
@@ -44,15 +42,3 @@ def test_a_signal_is_named_as_a_signal():
     assert dead and "killed by signal 9" in why and "signal" in why
 
 
-def test_show_unit_asks_systemctl_for_the_properties_and_parses_them():
-    seen = {}
-
-    def run(cmd, **kw):
-        seen["cmd"] = cmd
-        out = "ActiveState=activating\nSubState=auto-restart\nNRestarts=3\nOther=x\nnot a property line\n"
-        return subprocess.CompletedProcess(cmd, 0, stdout=out, stderr="")
-
-    props = show_unit("modelfleet-vllm@m.service", run=run)
-    assert seen["cmd"][:4] == ["systemctl", "show", "--no-pager", "modelfleet-vllm@m.service"]
-    assert {f"--property={p}" for p in UNIT_PROPERTIES} <= set(seen["cmd"])
-    assert props == {"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "3"}

@@ -11,6 +11,7 @@ from ansible.module_utils.modelfleet.rollout import (
     deploy_plan,
     host_profiles,
     plan_text,
+    tolerated_failures,
     wave_plan,
 )
 
@@ -119,9 +120,12 @@ def test_the_deploy_runs_the_fleet_files_waves_with_each_hosts_own_profile():
     # the rest wave in the file's order (fleet-3 before fleet-2), one host per batch
     assert (plan["rest_hosts"], plan["rest_serial"]) == (["fleet-3", "fleet-2"], [1, 1])
     assert plan["wave_of"] == {
-        "fleet-1": {"wave": "canary", "wave_number": 1, "batch": 1, "batches": 1},
-        "fleet-3": {"wave": "rest", "wave_number": 2, "batch": 1, "batches": 2},
-        "fleet-2": {"wave": "rest", "wave_number": 2, "batch": 2, "batches": 2}}
+        "fleet-1": {"wave": "canary", "wave_number": 1, "batch": 1, "batches": 1, "batch_hosts": ["fleet-1"],
+                    "max_fail_percentage": 0, "tolerated_failures": 0},
+        "fleet-3": {"wave": "rest", "wave_number": 2, "batch": 1, "batches": 2, "batch_hosts": ["fleet-3"],
+                    "max_fail_percentage": 0, "tolerated_failures": 0},
+        "fleet-2": {"wave": "rest", "wave_number": 2, "batch": 2, "batches": 2, "batch_hosts": ["fleet-2"],
+                    "max_fail_percentage": 0, "tolerated_failures": 0}}
     # each model from the hub once: tiny-llama through the canary, tiny-llama-b through its first host
     assert plan["seeds"] == {"tiny-llama": "fleet-1", "tiny-llama-b": "fleet-3"}
     assert plan["profile_hosts"] == {"tiny-llama": ["fleet-1", "fleet-2"], "tiny-llama-b": ["fleet-3"]}
@@ -207,3 +211,37 @@ def test_an_empty_inventory_is_refused_by_name():
         deploy_plan({}, None, profile="tiny-llama")
     assert str(e.value) == ("no host to deploy: the inventory lists none, or --limit / modelfleet_targets match none "
                             "(check that it parses: ansible-inventory -i <fleet file> --graph)")
+
+
+@pytest.mark.parametrize("batch, mfp, allowed", [
+    (1, 0, 0), (4, 0, 0), (4, 24, 0), (4, 25, 1), (4, 49.9, 1), (4, 50, 2), (3, 33, 0), (3, 34, 1),
+    (3, 66, 1), (3, 67, 2), (10, 10, 1), (10, 100, 9), (1, 100, 0), (2, 100, 1), (0, 50, 0)])
+def test_tolerated_failures_follow_ansibles_rule(batch, mfp, allowed):
+    """Ansible stops after a batch where failed / batch > max_fail_percentage, and after one where every host
+    failed, whatever the percentage."""
+    assert tolerated_failures(batch, mfp) == allowed
+    if batch:
+        # the same rule stated as Ansible's code states it
+        assert all((k / batch > mfp / 100 or k == batch) == (k > allowed) for k in range(batch + 1))
+
+
+def test_each_wave_has_its_own_max_fail_percentage_and_the_canary_none():
+    text = MIXED.replace("hosts: {fleet-3: {}}", "hosts: {fleet-3: {}, fleet-4: {}, fleet-5: {}, fleet-6: {}}")
+    text = text.replace("max_fail_percentage: 0", "max_fail_percentage: 10")
+    text = text.replace("    - {name: rest, hosts: [fleet-3, fleet-2], serial: 1}",
+                        "    - {name: second, hosts: [fleet-2]}\n"
+                        "    - {name: wide, hosts: [fleet-3, fleet-4, fleet-5, fleet-6], max_fail_percentage: 50}")
+    declared, rollout = _declared(text)
+    plan = deploy_plan(declared, rollout)
+    assert [(w["name"], w["max_fail_percentage"]) for w in plan["waves"]] == [
+        ("canary", 0), ("second", 10), ("wide", 50)]
+    assert plan["wave_of"]["fleet-2"]["tolerated_failures"] == 0
+    assert {h: plan["wave_of"][h]["tolerated_failures"] for h in ("fleet-3", "fleet-6")} == {"fleet-3": 2,
+                                                                                              "fleet-6": 2}
+    assert plan["wave_of"]["fleet-4"]["batch_hosts"] == ["fleet-3", "fleet-4", "fleet-5", "fleet-6"]
+    assert "wave 3 wide: 4 host(s), all at once, max 50% failed per batch" in plan["text"]
+    # a plain inventory: the canary group tolerates none, the rest the caller's percentage
+    declared = {"a": None, "b": None, "c": None}
+    plan = deploy_plan(declared, None, canary=["a"], profile="tiny-llama", default_max_fail_percentage=50)
+    assert [(w["name"], w["max_fail_percentage"]) for w in plan["waves"]] == [("canary", 0), ("rest", 50)]
+    assert plan["wave_of"]["b"]["tolerated_failures"] == 1

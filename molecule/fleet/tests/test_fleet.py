@@ -142,16 +142,53 @@ def _said(out, host, start):
     return re.findall(r"\[" + host + r"\] => msg: [>|\-'\" ]*(" + start + r"[^\[]*)", out)
 
 
+def _cli_run():
+    """The run folder of the side effect's `modelfleet deploy` (its own state folder holds this one run)."""
+    runs = os.path.join(EPHEMERAL, "state-fleet-file", "runs")
+    (run_id,) = os.listdir(runs)
+    return os.path.join(runs, run_id), run_id
+
+
+def _batches(run_dir, run_id):
+    """[(play, hosts)] in the order they ran, from ansible-runner's events alone: Ansible starts a play again for
+    each batch of its serial (one play-start event per batch), and the hosts of a batch are those with task
+    results before the next play start."""
+    folder = os.path.join(run_dir, "artifacts", run_id, "job_events")
+    events = sorted((json.load(open(os.path.join(folder, f))) for f in os.listdir(folder) if f.endswith(".json")),
+                    key=lambda e: e["counter"])
+    batches = []
+    for e in events:
+        data = e.get("event_data", {})
+        if e["event"] == "playbook_on_play_start":
+            batches.append((data.get("play", ""), []))
+        elif e["event"].startswith("runner_on_") and batches and data.get("host") not in batches[-1][1]:
+            batches[-1][1].append(data.get("host"))
+    return batches
+
+
+def test_the_cli_deploy_ran_the_declared_batches_in_order_and_size():
+    """Issue 21: `modelfleet deploy` with no profile named; the run's own events show the canary (fleet-1), then
+    the rest wave one host at a time in the file's order (fleet-3, then fleet-2)."""
+    batches = _batches(*_cli_run())
+    waves = [(play.split(" - ")[0], sorted(hosts)) for play, hosts in batches
+             if play.startswith(("Canary wave", "Switch"))]
+    assert waves == [("Canary wave", ["fleet-1"]), ("Switch", ["fleet-3"]), ("Switch", ["fleet-2"])], batches
+
+
 def test_the_fleet_file_converged_both_groups_in_its_declared_waves():
-    """Issue 21: one deploy with no profile named; the plan printed first, then the batches in the file's order
-    and size (canary, then fleet-3 alone, then fleet-2 alone); each host its group's model (checked on the
-    hosts above), the hub one copy of each (test_hub_sent_one_copy_per_model_for_three_hosts)."""
-    raw = _plain(open(os.path.join(EPHEMERAL, "fleet_file.out")).read())
-    out = " ".join(raw.split())
+    """Issue 21: one deploy with no profile named; the plan printed first (by the CLI), then the batches in the
+    file's order and size (canary, then fleet-3 alone, then fleet-2 alone); each host its group's model (checked
+    on the hosts above), the hub one copy of each (test_hub_sent_one_copy_per_model_for_three_hosts)."""
+    cli = " ".join(_plain(open(os.path.join(EPHEMERAL, "fleet_file.out")).read()).split())
+    plan = cli.index("== rollout plan ==")
     for line in ("wave 1 canary (canary): 1 host(s), all at once, max 0% failed per batch",
                  "batch 1: fleet-1 (tiny-llama)", "wave 2 rest: 2 host(s), serial 1, max 0% failed per batch",
                  "batch 1: fleet-3 (tiny-llama-b)", "batch 2: fleet-2 (tiny-llama)"):
-        assert line in out, line
+        assert cli.index(line, plan) > plan, line
+    assert "== deploy summary ==" in cli
+    run_dir, run_id = _cli_run()
+    raw = _plain(open(os.path.join(run_dir, "artifacts", run_id, "stdout")).read())
+    out = " ".join(raw.split())
     first = out.index("wave rest (2 of 2), batch 1 of 2: fleet-3")
     second = out.index("wave rest (2 of 2), batch 2 of 2: fleet-2")
     assert first < second

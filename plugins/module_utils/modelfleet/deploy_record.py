@@ -30,7 +30,8 @@ import tempfile
 
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 from ansible.module_utils.modelfleet.fetch import MARKER_DIR
-from ansible.module_utils.modelfleet.host_state import UNIT_GLOB
+from ansible.module_utils.modelfleet.systemd import list_units
+from ansible.module_utils.modelfleet.vllm_unit import UNIT_GLOB
 
 RECORD_VERSION = 1
 
@@ -150,9 +151,8 @@ def env_value(env_file: str, name: str) -> str | None:
 
 
 def active_units(run=subprocess.run) -> list[str]:
-    r = run(["systemctl", "list-units", "--type=service", "--state=active", "--no-legend", "--plain", UNIT_GLOB],
-            capture_output=True, text=True)
-    return sorted({ln.split()[0] for ln in r.stdout.splitlines() if ln.split()})
+    """The modelfleet vLLM units that are active (raises SystemdError when systemd cannot be read)."""
+    return sorted({u["unit"] for u in list_units([UNIT_GLOB], state="active", run=run)})
 
 
 def observe(record: dict, run=subprocess.run) -> dict:

@@ -20,8 +20,8 @@ Shape:
     rollout:
       waves:                            # in order; a host is in at most one wave
         - {name: canary, canary: true, hosts: [gpu-01]}
-        - {name: rest, hosts: [gpu-02, gpu-03]}
-      max_fail_percentage: 0
+        - {name: rest, hosts: [gpu-02, gpu-03], serial: 1, max_fail_percentage: 50}   # this wave's own
+      max_fail_percentage: 0            # the other waves' (a canary wave tolerates none)
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ HOST_KEYS = {"address", "port", "user", "gpu", "models_root", "connection", "var
 GPU_KEYS = {"kind", "count", "memory_gib", "interconnect"}
 INTERCONNECTS = {"pcie", "nvlink", "mixed", "single", "none"}
 ROLLOUT_KEYS = {"waves", "max_fail_percentage"}
-WAVE_KEYS = {"name", "hosts", "canary", "serial"}
+WAVE_KEYS = {"name", "hosts", "canary", "serial", "max_fail_percentage"}
 ADDRESS_RE = re.compile(r"^(?:[A-Za-z0-9][A-Za-z0-9.-]{0,252}|\[?[0-9A-Fa-f:.]+(?:%[A-Za-z0-9]+)?\]?)\Z")
 NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
 
@@ -159,6 +159,10 @@ def _group_name(prefix: str, value) -> str:
     return prefix + re.sub(r"[^A-Za-z0-9_]", "_", str(value))
 
 
+def _percentage(v) -> bool:
+    return not isinstance(v, bool) and isinstance(v, int | float) and 0 <= v <= 100
+
+
 def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> dict:
     """Validate a fleet file and return {hosts: {name: vars}, groups: {name: {hosts, vars}}, rollout}."""
     data, lines = load_text(text, source)
@@ -221,7 +225,7 @@ def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> di
     rollout = data.get("rollout") or {}
     ctx.keys(rollout, ROLLOUT_KEYS, ("rollout",), "rollout")
     mfp = rollout.get("max_fail_percentage", 0)
-    if isinstance(mfp, bool) or not isinstance(mfp, int | float) or not 0 <= mfp <= 100:
+    if not _percentage(mfp):
         ctx.fail(("rollout", "max_fail_percentage"), f"must be 0-100, got {mfp!r}")
     waves = rollout.get("waves") or []
     if not isinstance(waves, list):
@@ -245,6 +249,14 @@ def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> di
                                        f"such as '25%', got {serial!r}")
         if w.get("canary") and i != 0:
             ctx.fail(wp + ("canary",), f"only the first wave can be the canary ({name} is wave {i + 1})")
+        if "max_fail_percentage" in w:
+            if not _percentage(w["max_fail_percentage"]):
+                ctx.fail(wp + ("max_fail_percentage",), f"wave {name}: max_fail_percentage must be 0-100, got "
+                                                        f"{w['max_fail_percentage']!r}")
+            if w.get("canary") and w["max_fail_percentage"] != 0:
+                ctx.fail(wp + ("max_fail_percentage",),
+                         f"wave {name}: a canary wave tolerates no failure (any failed canary stops the rollout); "
+                         "remove its max_fail_percentage, or make it an ordinary first wave")
         members = w.get("hosts")
         if not isinstance(members, list) or not members:
             ctx.fail(wp + ("hosts",), f"wave {name} needs a list of hosts")
@@ -274,7 +286,9 @@ def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> di
                 groups.setdefault(gname, {"hosts": [], "vars": {}})["hosts"].append(h)
     return {"hosts": hosts, "groups": groups,
             "rollout": {"waves": [{"name": w["name"], "hosts": list(w["hosts"]), "canary": bool(w.get("canary")),
-                                   "serial": w.get("serial")} for w in waves],
+                                   "serial": w.get("serial"),
+                                   **({"max_fail_percentage": w["max_fail_percentage"]}
+                                      if "max_fail_percentage" in w else {})} for w in waves],
                         "max_fail_percentage": mfp},
             "options": {k: data[k] for k in ("compose", "keyed_groups", "conditional_groups", "strict")
                         if k in data}}

@@ -10,9 +10,8 @@ import os
 import subprocess
 
 from ansible.module_utils.modelfleet.fetch import MARKER_DIR
-from ansible.module_utils.modelfleet.readiness import show_unit
-
-UNIT_GLOB = "modelfleet-vllm@*.service"
+from ansible.module_utils.modelfleet.systemd import list_units, show
+from ansible.module_utils.modelfleet.vllm_unit import UNIT_GLOB, served_name_of
 
 
 def model_from_exec_start(exec_start: str) -> str | None:
@@ -69,24 +68,32 @@ def last_benchmark(bench_dir: str, served_name: str | None = None) -> dict | Non
             "headline": r.get("headline"), "knee": (r.get("knee") or {}).get("summary")}
 
 
-def _show(unit: str, run) -> dict:
-    return show_unit(unit, ("ActiveState", "SubState", "ExecStart", "MainPID", "NRestarts", "ActiveEnterTimestamp"),
-                     run=run)
+PROPS = ("Id", "ActiveState", "SubState", "ExecStart", "MainPID", "NRestarts", "ActiveEnterTimestamp")
+
+
+def port_from_exec_start(exec_start: str) -> int | None:
+    """The port a vLLM server listens on, from its ExecStart (`--port N` / `--port=N`)."""
+    argv = exec_start.split()
+    for i, a in enumerate(argv):
+        v = argv[i + 1] if a == "--port" and i + 1 < len(argv) else a.split("=", 1)[1] if a.startswith("--port=") \
+            else None
+        if v is not None:
+            return int(v) if v.isdigit() else None
+    return None
 
 
 def units(run=subprocess.run) -> list[dict]:
-    r = run(["systemctl", "list-units", "--all", "--type=service", "--no-legend", "--plain", UNIT_GLOB],
-            capture_output=True, text=True)
-    names = [ln.split()[0] for ln in r.stdout.splitlines() if ln.split() and ln.split()[0].endswith(".service")]
+    """Every modelfleet vLLM unit systemd has loaded (any state), with the model and port its ExecStart names.
+    Raises SystemdError when systemd cannot be read."""
+    names = sorted({u["unit"] for u in list_units([UNIT_GLOB], run=run)})
     out = []
-    for name in sorted(set(names)):
-        p = _show(name, run)
+    for p in show(names, PROPS, run=run):
+        name = p.get("Id", "")
         model = model_from_exec_start(p.get("ExecStart", ""))
-        served = name.split("@", 1)[1].rsplit(".service", 1)[0]
-        entry = {"unit": name, "served_model_name": served, "active": p.get("ActiveState") == "active",
+        entry = {"unit": name, "served_model_name": served_name_of(name), "active": p.get("ActiveState") == "active",
                  "state": f"{p.get('ActiveState')}/{p.get('SubState')}", "main_pid": int(p.get("MainPID") or 0),
                  "restarts": int(p.get("NRestarts") or 0), "since": p.get("ActiveEnterTimestamp") or "",
-                 "model_dir": model}
+                 "model_dir": model, "port": port_from_exec_start(p.get("ExecStart", ""))}
         entry.update(read_lock(model) if model else {})
         out.append(entry)
     return out

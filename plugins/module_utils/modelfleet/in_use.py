@@ -17,6 +17,7 @@ import os
 import re
 
 from ansible.module_utils.modelfleet.errors import DiskPlanError
+from ansible.module_utils.modelfleet.systemd import SystemdError, list_units, show
 
 LIVE_STATES = {"active", "activating", "reloading", "deactivating"}
 PROPS = ("Id", "ActiveState", "SubState", "ExecStartPre", "ExecStart", "ExecStartPost", "ExecReload",
@@ -58,22 +59,6 @@ def references(sources: list[dict], folders: list[str], root: str) -> list[dict]
     return out
 
 
-def parse_show(text: str) -> list[dict]:
-    """`systemctl show -p ... A B C` output: one block of Key=Value lines per unit, blank-line separated."""
-    units, cur = [], {}
-    for line in text.splitlines():
-        if not line.strip():
-            if cur:
-                units.append(cur)
-                cur = {}
-            continue
-        k, _, v = line.partition("=")
-        cur[k] = (cur[k] + "\n" + v) if k in cur else v
-    if cur:
-        units.append(cur)
-    return units
-
-
 def _script_text(exec_value: str) -> str:
     """The text of the program an Exec* line runs when it is a small script (a wrapper that starts vLLM)."""
     m = re.search(r"path=(.+?) ;", exec_value)  # systemctl show: "{ path=/opt/my dir/run.sh ; argv[]=... }"
@@ -104,32 +89,19 @@ def _env_files_text(value: str) -> str:
 def unit_sources(run) -> list[dict]:
     """Every live service's text (`run` is subprocess.run on a host). Raises DiskPlanError when systemd
     cannot be read."""
+    fix = ("a plan that cannot see what runs deletes nothing. Fix systemctl, or plan without units explicitly "
+           "(--no-units / storage_cleanup_read_units: false) if nothing on this host serves from the root")
     try:
-        r = run(["systemctl", "list-units", "--type=service", "--all", "--no-legend", "--plain", "--no-pager"],
-                capture_output=True, text=True)
-    except OSError as e:
-        raise DiskPlanError(f"cannot read the host's services ({e}); a plan that cannot see what runs deletes "
-                            "nothing. Fix systemctl, or plan without units explicitly (--no-units / "
-                            "storage_cleanup_read_units: false) if nothing on this host serves from the root") from None
-    if r.returncode != 0:
-        raise DiskPlanError(f"cannot read the host's services (systemctl list-units exited {r.returncode}: "
-                            f"{(r.stderr or r.stdout).strip()[:200]}); a plan that cannot see what runs deletes "
-                            "nothing. Fix systemctl, or plan without units explicitly (--no-units / "
-                            "storage_cleanup_read_units: false) if nothing on this host serves from the root")
-    names = []
-    for line in r.stdout.splitlines():
-        cols = line.split()
-        # UNIT LOAD ACTIVE SUB DESCRIPTION; a unit waiting to auto-restart is ACTIVE "activating", SUB "auto-restart"
-        if len(cols) >= 4 and cols[0].endswith(".service") and cols[2] in LIVE_STATES:
-            names.append(cols[0])
-    if not names:
-        return []
-    s = run(["systemctl", "show", "--no-pager", "-p", ",".join(PROPS), *names], capture_output=True, text=True)
-    if s.returncode != 0:
-        raise DiskPlanError(f"cannot read the live services' settings (systemctl show exited {s.returncode}: "
-                            f"{(s.stderr or s.stdout).strip()[:200]}); nothing is deleted without them")
+        # a unit waiting to auto-restart is ACTIVE "activating", SUB "auto-restart": live too
+        names = [u["unit"] for u in list_units(run=run) if u["active"] in LIVE_STATES]
+    except SystemdError as e:
+        raise DiskPlanError(f"cannot read the host's services ({e}); {fix}") from None
+    try:
+        shown = show(names, PROPS, run=run)
+    except SystemdError as e:
+        raise DiskPlanError(f"cannot read the live services' settings ({e}); nothing is deleted without them") from None
     out = []
-    for u in parse_show(s.stdout):
+    for u in shown:
         text = "\n".join(u.get(p, "") for p in PROPS if p not in ("Id", "ActiveState", "SubState"))
         for p in ("ExecStartPre", "ExecStart"):
             for line in u.get(p, "").split("\n"):

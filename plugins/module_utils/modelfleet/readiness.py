@@ -5,7 +5,6 @@ real completion comes back. Shared by the `vllm_readiness` module (the start-up 
 from __future__ import annotations
 
 import json
-import subprocess
 import urllib.error
 import urllib.request
 
@@ -51,20 +50,8 @@ def look(url: str, name: str, key: str | None, prompt: str = "Hello", max_tokens
     return "ready", "health 200, model listed, completion returned", text
 
 
-def show_unit(unit: str, props=UNIT_PROPERTIES, run=subprocess.run) -> dict:
-    """systemctl show for one unit: {property: value} for the properties asked (missing ones absent)."""
-    r = run(["systemctl", "show", "--no-pager", unit, *[f"--property={p}" for p in props]],
-            capture_output=True, text=True)
-    out = {}
-    for line in r.stdout.splitlines():
-        k, sep, v = line.partition("=")
-        if sep and k in props:
-            out[k] = v
-    return out
-
-
 def restart_count(props: dict) -> int:
-    """systemd's NRestarts from show_unit's answer (0 when absent or unreadable)."""
+    """systemd's NRestarts from systemd.show_unit's answer (0 when absent or unreadable)."""
     v = props.get("NRestarts") or "0"
     return int(v) if v.isdigit() else 0
 

@@ -5,7 +5,9 @@ desired state). Pure: it takes what `fleet.parse` returns.
   others). A fleet without `rollout.waves` is one wave, `all`, with the caller's default pace.
 - Each wave is cut into batches by its own `serial` the way Ansible cuts a play: a number of hosts, or a
   percentage of the wave's hosts rounded down and at least one. No serial: the whole wave at once.
-- `max_fail_percentage` is the rollout's, for every wave (Ansible applies it per batch).
+- `max_fail_percentage` is a wave's own, else the rollout's, and holds per batch by Ansible's rule: the
+  rollout stops after a batch where more than that share of its hosts failed, or where every host failed.
+  A canary wave tolerates none (any failed canary stops the rollout).
 - `limit` (host names, already matched by Ansible's pattern rules) and `profile` narrow the plan without
   reordering it: hosts outside are dropped, a wave left empty is dropped.
 """
@@ -68,10 +70,22 @@ def wave_plan(parsed: dict, limit=None, profile: str | None = None, default_seri
             continue
         size = batch_size(w.get("serial"), len(members))
         out.append({"name": w["name"], "index": index, "canary": bool(w.get("canary")), "serial": w.get("serial"),
-                    "max_fail_percentage": mfp,
+                    "max_fail_percentage": 0 if w.get("canary") else w.get("max_fail_percentage", mfp),
                     "batches": [members[i:i + size] for i in range(0, len(members), size)],
                     "profiles": {h: hosts[h].get("modelfleet_profile") for h in members}})
     return out
+
+
+def tolerated_failures(batch: int, max_fail_percentage) -> int:
+    """How many hosts of a batch of `batch` may fail before the rollout stops, by Ansible's rule for
+    max_fail_percentage (it stops when failed / batch > the percentage) and its rule that a batch where every
+    host failed ends the play."""
+    if batch <= 0:
+        return 0
+    allowed = 0
+    while allowed < batch and (allowed + 1) * 100 <= max_fail_percentage * batch:
+        allowed += 1
+    return min(allowed, batch - 1)
 
 
 def plan_text(plan: list[dict]) -> str:
@@ -148,7 +162,9 @@ def deploy_plan(declared: dict, rollout: dict | None = None, canary=(), profile:
         for i, batch in enumerate(w["batches"], start=1):
             for h in batch:
                 wave_of[h] = {"wave": w["name"], "wave_number": w["index"] + 1, "batch": i,
-                              "batches": len(w["batches"])}
+                              "batches": len(w["batches"]), "batch_hosts": batch,
+                              "max_fail_percentage": w["max_fail_percentage"],
+                              "tolerated_failures": tolerated_failures(len(batch), w["max_fail_percentage"])}
     order = [h for w in plan for b in w["batches"] for h in b]
     profile_hosts: dict = {}
     for h in order:

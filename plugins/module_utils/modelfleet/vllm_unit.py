@@ -41,6 +41,17 @@ def unit_name(served_name: str) -> str:
 
 
 UNIT_DIR = "/etc/systemd/system"
+# every modelfleet vLLM unit, for asking systemd (systemd.list_units)
+UNIT_GLOB = "modelfleet-vllm@*.service"
+
+
+def served_name_of(unit: str) -> str | None:
+    """The served model name of a modelfleet vLLM unit (unit_name's inverse); None for any other unit."""
+    prefix, suffix = "modelfleet-vllm@", ".service"
+    if not (unit.startswith(prefix) and unit.endswith(suffix)):
+        return None
+    name = unit[len(prefix):-len(suffix)]
+    return name if NAME.match(name) else None
 
 
 def unit_path(served_name: str) -> str:
