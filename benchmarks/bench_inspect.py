@@ -21,7 +21,7 @@ from modelfleet._paths import import_module_utils  # noqa: E402
 
 import_module_utils()
 from ansible.module_utils.modelfleet.checkpoint import inspect_local  # noqa: E402
-from ansible.module_utils.modelfleet.units import fmt_bytes  # noqa: E402
+from ansible.module_utils.modelfleet.sizes import fmt_bytes  # noqa: E402
 
 from modelfleet.harness.synthetic import write_checkpoint  # noqa: E402
 

@@ -22,7 +22,10 @@ author: modelfleet
 options:
   state: {description: check or present., type: str, choices: [check, present], required: true}
   path: {description: 'The record file, e.g. /var/lib/modelfleet/deployed/<served-name>.json.', type: path, required: true}
-  inputs_digest: {description: 'sha256 (hex) of everything the deploy asks of this host - profile, revision, plan, code digest, role variables - as C(inputs | to_json(sort_keys=true) | hash("sha256")).', type: str, required: true}
+  inputs_digest:
+    description: sha256 (hex) of everything the deploy asks of this host - profile, revision, plan, driver, code digest, role variables - from the filter C(deploy_inputs_digest) (module_utils deploy_record.inputs_digest).
+    type: str
+    required: true
   readiness: {description: With state=check, also look at the server once (health, model listed, one completion)., type: bool, default: true}
   unit: {description: The unit (state=present)., type: str}
   unit_path: {description: The installed unit file (state=present)., type: path}
@@ -43,7 +46,7 @@ EXAMPLES = r"""
   deploy_record:
     state: check
     path: /var/lib/modelfleet/deployed/kimi-k2.5.json
-    inputs_digest: "{{ deploy_inputs | to_json(sort_keys=true) | hash('sha256') }}"
+    inputs_digest: "{{ deploy_inputs | deploy_inputs_digest }}"
   register: record
 """
 

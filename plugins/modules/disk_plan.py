@@ -99,7 +99,7 @@ plan:
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.disk import plan_host
 from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.units import parse_size
+from ansible.module_utils.modelfleet.sizes import parse_size
 
 
 def main():

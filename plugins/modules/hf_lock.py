@@ -17,10 +17,10 @@ author: modelfleet
 options:
   repo_id: {description: Hub repo id (org/name)., type: str, required: true}
   revision: {description: Branch, tag or commit., type: str, default: main}
-  endpoint: {description: Hub endpoint (mirror or local hub); default HF_ENDPOINT or the public hub., type: str}
-  token_file: {description: Root-only file holding the hub token (never logged)., type: path}
   allow_patterns: {description: Glob patterns of files to fetch (default all)., type: list, elements: str, default: []}
   root: {description: Models root (to return the paths)., type: path, required: true}
+extends_documentation_fragment:
+  - modelfleet.hub_access
 attributes:
   check_mode: {support: full}
   diff_mode: {support: none}
@@ -43,6 +43,7 @@ complete: {description: Whether the final directory is already complete for this
 
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.modelfleet.arg_specs import HUB_ACCESS
 from ansible.module_utils.modelfleet.errors import ModelfleetError
 from ansible.module_utils.modelfleet.fetch import build_lock, hub_listing, is_complete, model_paths
 from ansible.module_utils.modelfleet.secrets import read_secret_file
@@ -60,10 +61,9 @@ def read_token(module, path):
 def main():
     module = AnsibleModule(
         argument_spec={
+            **HUB_ACCESS,
             "repo_id": {"type": "str", "required": True},
             "revision": {"type": "str", "default": "main"},
-            "endpoint": {"type": "str"},
-            "token_file": {"type": "path"},
             "allow_patterns": {"type": "list", "elements": "str", "default": []},
             "root": {"type": "path", "required": True},
         },

@@ -11,7 +11,7 @@ description:
   - Given the hosts a deploy targets (after C(--limit)) with the profile each one's fleet group declares, and
     the fleet file's rollout (C(modelfleet_rollout)), returns the waves in the file's order, each cut into
     batches by its own C(serial), the batch sizes the deploy's plays run with, each host's profile and wave,
-    and the seed of each model (the host that takes it from the hub).
+    and the origin of each model (the host that takes it from the hub).
   - A plain inventory (no rollout) has two waves, the C(canary) group and the rest at O(default_serial).
   - A named O(profile) narrows the run to the hosts that declare it; hosts that declare none take it.
   - Pure computation; check mode returns the same plan.
@@ -63,7 +63,7 @@ plan:
   description: waves (name, index, canary, serial, max_fail_percentage, batches, profiles), text (one line per
     wave and per batch), host_profile, profiles, left_out (targeted hosts serving another profile), canary_hosts,
     canary_serial, rest_hosts, rest_serial (batch sizes in order), max_fail_percentage, wave_of (host to wave,
-    wave_number, batch, batches), seeds (profile to the host that takes it from the hub), profile_hosts
+    wave_number, batch, batches), origins (profile to the host that takes it from the hub), profile_hosts
     (profile to its hosts in the rollout's order).
   returned: always
   type: dict

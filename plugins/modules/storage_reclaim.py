@@ -1,5 +1,5 @@
 #!/usr/bin/python
-"""Ansible module shell: plan (disk.plan_disk) and delete under a host-wide lock."""
+"""Ansible module shell over module_utils reclaim.reclaim: plan and delete under a host-wide lock."""
 
 from __future__ import annotations
 
@@ -69,27 +69,8 @@ deleted:
 free_bytes_after: {description: Free bytes measured after deleting., returned: always, type: int}
 """
 
-import json
-import os
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.disk import (
-    HostLock,
-    check_models_root,
-    delete_model_dir,
-    measure_fs,
-    plan_host,
-    purge_trash,
-)
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.units import fmt_bytes, parse_size
-
-
-def _log(path: str, record: dict) -> None:
-    os.makedirs(os.path.dirname(path), exist_ok=True)
-    with open(path, "a") as f:
-        f.write(json.dumps(record, sort_keys=True) + "\n")
+from ansible.module_utils.modelfleet.reclaim import MODES, ReclaimError, reclaim
 
 
 def main():
@@ -105,7 +86,7 @@ def main():
         "fallback": {"type": "list", "elements": "path", "default": []},
         "allow_delete_fallback": {"type": "bool", "default": False},
         "present_bytes": {"type": "int", "default": 0},
-        "mode": {"type": "str", "choices": ["make_room", "remove_explicit"], "default": "make_room"},
+        "mode": {"type": "str", "choices": list(MODES), "default": "make_room"},
         "log_path": {"type": "path", "default": "/var/log/modelfleet/storage.log"},
         "lock_path": {"type": "path", "default": "/run/lock/modelfleet-storage.lock"},
         "lock_wait_seconds": {"type": "float", "default": 0},
@@ -113,61 +94,11 @@ def main():
         "read_units": {"type": "bool", "default": True},
     }
     module = AnsibleModule(argument_spec=spec, supports_check_mode=True)
-    p = module.params
     try:
-        required = parse_size(p["required_bytes"])
-        root = check_models_root(p["root"], "storage_reclaim: root")
-        if not os.path.isdir(root):
-            raise ModelfleetError(f"storage_reclaim: models root {p['root']} does not exist or is not a folder; "
-                                  f"create it (mkdir -p {root}) or set the right root")
-    except ValueError as e:
-        module.fail_json(msg=f"storage_reclaim: required_bytes: {e}")
-    except ModelfleetError as e:
-        module.fail_json(msg=str(e))
-    deleted = []
-    todo = []
-    try:
-        with HostLock(p["lock_path"], owner=p["run_id"], wait_seconds=p["lock_wait_seconds"]):
-            if not module.check_mode:
-                purge_trash(root)
-            remove_all = p["mode"] == "remove_explicit"
-            plan = plan_host(root=root, required_bytes=0 if remove_all else required,
-                             headroom_bytes=0 if remove_all else p["headroom_bytes"],
-                             headroom_percent=0.0 if remove_all else p["headroom_percent"],
-                             explicit=p["explicit"], protected=p["protected"], in_use=p["in_use"],
-                             deploying=p["deploying"], present_bytes=p["present_bytes"],
-                             fallback=() if remove_all else p["fallback"], read_units=p["read_units"])
-            fs = plan["filesystem"]
-            before = sorted(plan["candidates"])
-            todo = plan["delete_after_verify"] if remove_all else plan["delete"]
-            if not remove_all and not plan["feasible"]:
-                module.fail_json(msg=f"storage_reclaim: {plan['message']}. Nothing was deleted.", plan=plan,
-                                 deleted=[])
-            early = plan["fallback_deleted_early"]
-            if early and not remove_all and not p["allow_delete_fallback"]:
-                module.fail_json(
-                    msg=(f"storage_reclaim: space does not allow keeping the fallback until the new model is "
-                         f"verified: no deletion of other models covers the shortfall of "
-                         f"{fmt_bytes(plan['shortfall_bytes'])}, only deleting {', '.join(early)} first does. Set "
-                         "allow_delete_fallback (storage_cleanup_allow_delete_fallback: true) to accept that, or "
-                         "free space elsewhere. Nothing was deleted."),
-                    plan=plan, deleted=[])
-            if not module.check_mode:
-                for d in todo:
-                    expect = (d["dev"], d["ino"]) if d.get("dev") is not None else None
-                    freed = delete_model_dir(root, d["path"], expect=expect)
-                    rec = {"time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "path": d["path"],
-                           "bytes": freed, "mode": p["mode"], "run_id": p["run_id"], "host_pid": os.getpid()}
-                    _log(p["log_path"], rec)
-                    deleted.append(rec)
-            after_fs = measure_fs(root) if not module.check_mode else fs
-    except ModelfleetError as e:
-        module.fail_json(msg=str(e), deleted=deleted)
-    gone = {d["path"] for d in todo}
-    module.exit_json(changed=bool(todo), plan=plan, deleted=deleted, free_bytes_after=after_fs["free_bytes"],
-                     would_delete=[d["path"] for d in todo] if module.check_mode else [],
-                     diff={"before": "\n".join(before) + "\n",
-                           "after": "\n".join(x for x in before if x not in gone) + "\n"})
+        result = reclaim(**module.params, check_mode=module.check_mode)
+    except ReclaimError as e:
+        module.fail_json(msg=str(e), **e.details)
+    module.exit_json(**result)
 
 
 if __name__ == "__main__":

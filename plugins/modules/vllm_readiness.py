@@ -19,9 +19,6 @@ description:
 version_added: "0.1.0"
 author: modelfleet
 options:
-  url: {description: 'Base URL, e.g. http://127.0.0.1:8000.', type: str, required: true}
-  served_name: {description: The served model name., type: str, required: true}
-  api_key: {description: API key (never logged)., type: str}
   unit: {description: The systemd unit (for its state and journal)., type: str}
   wait_seconds: {description: How long this call may wait., type: float, default: 15}
   prompt: {description: The completion prompt., type: str, default: Hello}
@@ -33,6 +30,8 @@ options:
         its failed state counts.
     type: int
     default: 0
+extends_documentation_fragment:
+  - modelfleet.server
 attributes:
   check_mode: {support: full}
   diff_mode: {support: none}
@@ -62,6 +61,7 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.modelfleet.arg_specs import SERVER
 from ansible.module_utils.modelfleet.readiness import UNIT_PROPERTIES, look, restart_count, start_verdict
 from ansible.module_utils.modelfleet.systemd import SystemdError, show_unit
 
@@ -75,9 +75,7 @@ def journal_tail(unit):
 def main():
     module = AnsibleModule(
         argument_spec={
-            "url": {"type": "str", "required": True},
-            "served_name": {"type": "str", "required": True},
-            "api_key": {"type": "str", "no_log": True},
+            **SERVER,
             "unit": {"type": "str"},
             "wait_seconds": {"type": "float", "default": 15},
             "prompt": {"type": "str", "default": "Hello"},

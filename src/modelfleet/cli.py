@@ -25,7 +25,7 @@ def _emit(data: dict, as_json: bool, human) -> None:
 
 
 def cmd_inspect(a) -> int:
-    from ansible.module_utils.modelfleet.units import fmt_bytes
+    from ansible.module_utils.modelfleet.sizes import fmt_bytes
 
     facts = _inspect_source(a.source, a.revision, a.endpoint)
     if not a.files:
@@ -67,7 +67,7 @@ def _inspect_source(source: str, revision: str | None, endpoint: str | None) -> 
 def cmd_plan(a) -> int:
     from ansible.module_utils.modelfleet.planner import plan
     from ansible.module_utils.modelfleet.profiles import load_profile
-    from ansible.module_utils.modelfleet.units import GiB, fmt_bytes
+    from ansible.module_utils.modelfleet.sizes import GiB, fmt_bytes
 
     from modelfleet._paths import PROFILES_DIR
 
@@ -105,7 +105,7 @@ def cmd_plan(a) -> int:
 
 def cmd_plan_disk(a) -> int:
     from ansible.module_utils.modelfleet.disk import plan_host
-    from ansible.module_utils.modelfleet.units import fmt_bytes, parse_size
+    from ansible.module_utils.modelfleet.sizes import fmt_bytes, parse_size
 
     try:
         need = parse_size(a.need_bytes)

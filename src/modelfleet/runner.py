@@ -106,9 +106,16 @@ def _task_interval(ev: dict) -> tuple[float, float] | None:
         return None if t is None else (t, t)
 
 
+# roles that are not a phase of their own: the defaults role (argument checks) and the deploy steps, whose time
+# belongs to the play they run in (or to the capability role they include)
+NOT_PHASES = ("modelfleet", "modelfleet_deploy")
+
+
 def _phase_of(data: dict) -> str:
     """A role's phase name, else the play's short name (before " - ": Canary wave, Distribute, Switch)."""
     role = data.get("role") or ""
+    if role in NOT_PHASES:
+        role = ""
     return PHASES.get(role, role or (data.get("play") or "").split(" - ")[0])
 
 
@@ -304,10 +311,11 @@ def deploy(profile: str | None = None, inventory: str | None = None, limit: str 
     return run_playbook(playbook, inventory, limit, check, ev, on_event)
 
 
-def plan(profile: str | None = None, inventory: str | None = None, limit: str | None = None,
-         extravars: dict | None = None, on_event: Callable | None = None,
-         playbook: str = "deploy_model.yml") -> RunResult:
-    """The whole deploy in check mode: the wave plan, what would be deleted, downloaded, started; changes nothing."""
+def preview(profile: str | None = None, inventory: str | None = None, limit: str | None = None,
+            extravars: dict | None = None, on_event: Callable | None = None,
+            playbook: str = "deploy_model.yml") -> RunResult:
+    """The whole deploy in check mode (`modelfleet deploy --check`): the wave plan, what would be deleted,
+    downloaded, started; changes nothing. (The TP/EP planner is `modelfleet plan`, a different thing.)"""
     return deploy(profile, inventory, limit, True, extravars, on_event, playbook)
 
 

@@ -1,7 +1,8 @@
 """The gate after each batch of deploy_model.yml's Switch play (issue 21: each wave its own max_fail_percentage),
 run by real ansible-playbook: the plan from deploy_plan, the play's own variables (playbooks/vars/rollout.yml)
-and gate (playbooks/tasks/batch_gate.yml), on four hosts reached with the local connection. Only the per-host
-path is a stand-in (a command that fails on the hosts named broken); molecule/fleet runs the real one."""
+and gate (role modelfleet_deploy, tasks_from batch_gate), on four hosts reached with the local connection. Only
+the per-host path is a stand-in (a command that fails on the hosts named broken); molecule/fleet runs the real
+one."""
 
 from __future__ import annotations
 
@@ -53,7 +54,9 @@ PLAYBOOK = f"""
             __mf_failure: "{{{{ ansible_failed_result.msg | default('') }}}}"
 
     - name: The gate
-      ansible.builtin.import_tasks: {ROOT}/playbooks/tasks/batch_gate.yml
+      ansible.builtin.import_role:
+        name: modelfleet_deploy
+        tasks_from: batch_gate
 
 - name: Run summary (deploy_model.yml's last play; the run's exit status comes from it)
   hosts: rollout

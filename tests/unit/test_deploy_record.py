@@ -179,3 +179,43 @@ def test_code_digest_follows_content_not_caches(tmp_path):
     os.rename(tmp_path / "roles" / "r" / "main.yml", tmp_path / "roles" / "r" / "other.yml")
     assert mod.tree_digest([str(tmp_path / "roles")]) not in (d0,)
     assert all(os.path.isdir(f) for f in mod.DEFAULT_FOLDERS)
+
+
+def test_the_inputs_are_the_role_variables_less_what_a_run_publishes_or_only_paces():
+    variables = {"vllm_service_port": 8000, "hf_fetch_token": "t", "benchmark_max_concurrency": 4,
+                 "storage_cleanup_root": "/models", "nvidia_env_vllm_version": "0.32.0", "modelfleet_models_root": "/m",
+                 "vllm_service_outcome": {}, "modelfleet_serial": 2, "modelfleet_wave": "rest",
+                 "modelfleet_rollout": {}, "modelfleet_profile_name": "p", "modelfleet_fast_path": True,
+                 "modelfleet_canary_passed": True,
+                 "ansible_port": 22, "inventory_hostname": "h", "my_var": 1}
+    assert sorted(dr.input_variables(variables)) == [
+        "benchmark_max_concurrency", "hf_fetch_token", "modelfleet_models_root", "nvidia_env_vllm_version",
+        "storage_cleanup_root", "vllm_service_port"]
+
+
+def test_the_digest_changes_with_every_input_and_nothing_else():
+    base = dict(profile={"served_model_name": "m"}, revision="a" * 40, plan={"tp": 8}, driver="580.1", code="c",
+                variables={"vllm_service_port": 8000, "modelfleet_wave": "canary"})
+    d = dr.inputs_digest(**base)
+    assert len(d) == 64 and d == dr.inputs_digest(**base)
+    assert dr.inputs_digest(**{**base, "variables": {"vllm_service_port": 8000, "modelfleet_wave": "rest",
+                                                     "inventory_hostname": "other"}}) == d
+    for change in ({"profile": {"served_model_name": "n"}}, {"revision": "b" * 40}, {"plan": {"tp": 4}},
+                   {"driver": "580.2"}, {"code": "d"}, {"variables": {"vllm_service_port": 8001}}):
+        assert dr.inputs_digest(**{**base, **change}) != d, change
+
+
+def test_the_playbooks_filter_is_the_same_digest():
+    import json
+    import os
+    import sys
+
+    inputs = {"profile": {"served_model_name": "m"}, "revision": "a" * 40, "plan": {}, "driver": "", "code": "c",
+              "variables": {"vllm_service_port": 8000, "vllm_service_outcome": {"x": 1}}}
+    out = subprocess.run(
+        [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m",
+         "ansible.builtin.debug", "-a", json.dumps({"msg": "{{ " + json.dumps(inputs) + " | deploy_inputs_digest }}"})],
+        capture_output=True, text=True, cwd=ROOT, timeout=120,
+        env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"})
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert json.loads(out.stdout.split("=>", 1)[1])["msg"] == dr.inputs_digest(**inputs)

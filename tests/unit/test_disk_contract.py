@@ -20,7 +20,7 @@ from ansible.module_utils.modelfleet.disk import (
     plan_disk,
     plan_host,
 )
-from ansible.module_utils.modelfleet.units import GB, both_units
+from ansible.module_utils.modelfleet.sizes import GB, both_units
 
 
 def cand(name, gb, last_used, **kw):

@@ -14,7 +14,7 @@ from ansible.module_utils.modelfleet.disk import (
     plan_disk,
 )
 from ansible.module_utils.modelfleet.errors import DiskPlanError
-from ansible.module_utils.modelfleet.units import GB
+from ansible.module_utils.modelfleet.sizes import GB
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

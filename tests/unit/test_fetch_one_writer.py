@@ -25,13 +25,13 @@ def test_second_writer_is_refused_with_the_holders_pid_and_progress(paths):
     with open(paths["status"], "w") as f:
         json.dump({"state": "downloading", "percent": 41.25}, f)
     with ModelWriteLock(paths):
-        assert open(paths["lock"]).read().strip() == str(os.getpid())
+        assert open(paths["flock"]).read().strip() == str(os.getpid())
         with pytest.raises(FetchError) as e:
             ModelWriteLock(paths).acquire()
         msg = str(e.value)
         assert f"another fetch (pid {os.getpid()})" in msg
         assert "downloading, 41.2%" in msg and paths["status"] in msg and "nothing was changed" in msg
-        assert open(paths["lock"]).read().strip() == str(os.getpid()), "the refused writer touched the lock"
+        assert open(paths["flock"]).read().strip() == str(os.getpid()), "the refused writer touched the lock"
     with ModelWriteLock(paths):  # released on exit
         pass
 
@@ -60,7 +60,7 @@ def test_a_killed_holder_leaves_no_stale_lock(paths):
     os.kill(pid, signal.SIGKILL)
     os.waitpid(pid, 0)
     with ModelWriteLock(paths):
-        assert open(paths["lock"]).read().strip() == str(os.getpid())
+        assert open(paths["flock"]).read().strip() == str(os.getpid())
 
 
 def test_a_forked_child_keeps_the_lock_while_it_lives(paths):
@@ -81,7 +81,7 @@ def test_a_forked_child_keeps_the_lock_while_it_lives(paths):
 def test_refusal_says_when_the_recorded_holder_is_gone(paths):
     """The module died but its download child lives on with the lock: the message says so."""
     held = ModelWriteLock(paths).acquire()
-    with open(paths["lock"], "w") as f:
+    with open(paths["flock"], "w") as f:
         f.write("999999999\n")  # no such process
     try:
         with pytest.raises(FetchError, match=r"pid 999999999, now gone: a process it started still holds"):

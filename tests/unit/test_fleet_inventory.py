@@ -158,7 +158,10 @@ def test_ansible_inventory_list_local_fleet():
     hv = data["_meta"]["hostvars"]
     assert sorted(hv) == ["mf-node-1", "mf-node-2", "mf-node-3"]
     assert hv["mf-node-1"]["modelfleet_canary"] is True and hv["mf-node-2"]["modelfleet_wave"] == "rest"
-    assert hv["mf-node-3"]["ansible_connection"] == "containers.podman.podman"
+    # reached over SSH on loopback, each host at its own port (scripts/fleet.sh reads them from the same file)
+    assert hv["mf-node-3"]["ansible_connection"] == "ssh"
+    assert [(hv[h]["ansible_host"], hv[h]["ansible_port"]) for h in sorted(hv)] == [
+        ("127.0.0.1", 22201), ("127.0.0.1", 22202), ("127.0.0.1", 22203)]
     assert data["canary"]["hosts"] == ["mf-node-1"]
     assert sorted(data["wave_rest"]["hosts"]) == ["mf-node-2", "mf-node-3"]
 

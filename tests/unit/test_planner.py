@@ -8,7 +8,7 @@ import pytest
 from ansible.module_utils.modelfleet.checkpoint import config_facts, inspect_local
 from ansible.module_utils.modelfleet.errors import PlanError
 from ansible.module_utils.modelfleet.planner import expert_tp_problem, kv_bytes_per_token, plan
-from ansible.module_utils.modelfleet.units import GiB
+from ansible.module_utils.modelfleet.sizes import GiB
 
 from tests.conftest import FIXTURES
 

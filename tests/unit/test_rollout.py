@@ -127,7 +127,7 @@ def test_the_deploy_runs_the_fleet_files_waves_with_each_hosts_own_profile():
         "fleet-2": {"wave": "rest", "wave_number": 2, "batch": 2, "batches": 2, "batch_hosts": ["fleet-2"],
                     "max_fail_percentage": 0, "tolerated_failures": 0}}
     # each model from the hub once: tiny-llama through the canary, tiny-llama-b through its first host
-    assert plan["seeds"] == {"tiny-llama": "fleet-1", "tiny-llama-b": "fleet-3"}
+    assert plan["origins"] == {"tiny-llama": "fleet-1", "tiny-llama-b": "fleet-3"}
     assert plan["profile_hosts"] == {"tiny-llama": ["fleet-1", "fleet-2"], "tiny-llama-b": ["fleet-3"]}
     assert plan["max_fail_percentage"] == 0
     assert plan["text"] == plan_text(plan["waves"])
@@ -153,7 +153,7 @@ def test_a_named_profile_narrows_the_deploy_to_the_hosts_that_declare_it():
     plan = deploy_plan(declared, rollout, profile="tiny-llama-b")
     assert plan["host_profile"] == {"fleet-3": "tiny-llama-b"} and plan["left_out"] == ["fleet-1", "fleet-2"]
     assert (plan["canary_hosts"], plan["rest_hosts"]) == ([], ["fleet-3"])
-    assert plan["seeds"] == {"tiny-llama-b": "fleet-3"}
+    assert plan["origins"] == {"tiny-llama-b": "fleet-3"}
     with pytest.raises(RolloutError) as e:
         deploy_plan(declared, rollout, profile="kimi")
     assert str(e.value) == ("no targeted host serves profile 'kimi': the hosts declare fleet-1: tiny-llama, "
@@ -166,7 +166,7 @@ def test_a_limit_is_the_targeted_hosts_and_keeps_the_order():
     plan = deploy_plan(declared, rollout)
     assert [w["name"] for w in plan["waves"]] == ["rest"] and plan["canary_hosts"] == []
     assert (plan["rest_hosts"], plan["rest_serial"]) == (["fleet-3", "fleet-2"], [1, 1])
-    assert plan["seeds"] == {"tiny-llama-b": "fleet-3", "tiny-llama": "fleet-2"}
+    assert plan["origins"] == {"tiny-llama-b": "fleet-3", "tiny-llama": "fleet-2"}
     assert plan["profile_hosts"] == {"tiny-llama-b": ["fleet-3"], "tiny-llama": ["fleet-2"]}
 
 

@@ -47,3 +47,13 @@ def test_events_without_start_and_end_count_as_instants():
     events = [ev("a", "hf_fetch", 1), ev("a", "hf_fetch", 5)]
     assert wall_seconds_in(phase_spans(events), {"fetch"}) == 0.0
     assert len(phase_spans(events)) == 2
+
+
+def test_the_defaults_role_and_the_deploy_steps_are_not_phases_of_their_own():
+    """Their tasks count to the play they run in (a role they include is its own phase)."""
+    def evr(role, play):
+        return {"event": "runner_on_ok", "event_data": {"host": "a", "role": role, "play": play,
+                                                          "start": "2026-01-01T00:00:01", "end": "2026-01-01T00:00:02"}}
+    spans = phase_spans([evr("modelfleet", "Canary wave - x"), evr("modelfleet_deploy", "Switch - y"),
+                         evr("hf_fetch", "Distribute - z")])
+    assert [p for _, p, _, _ in spans] == ["Canary wave", "Switch", "fetch"]

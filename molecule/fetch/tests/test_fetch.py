@@ -1,5 +1,5 @@
 """hf_fetch outcome on both hosts: the pinned commit's files, verified, lock file, completion marker,
-owner and modes; the seed fetched from the hub, the other received from the seed."""
+owner and modes; the origin fetched from the hub, the other received from the origin."""
 
 import hashlib
 import json
@@ -36,11 +36,11 @@ def test_where_it_came_from(host):
     out = json.loads(host.file("/root/fetch_outcome.json").content_string)
     assert out["revision"] == V1
     name = host.backend.get_hostname()
-    assert out["source"] == ("hub" if name == "fetch-seed" else "seed fetch-seed")
+    assert out["source"] == ("hub" if name == "fetch-origin" else "origin fetch-origin")
 
 
 def test_token_is_root_only_and_nowhere_else(host):
-    if host.backend.get_hostname() == "fetch-seed":
+    if host.backend.get_hostname() == "fetch-origin":
         t = host.file("/etc/modelfleet/hf-token")
         assert t.mode == 0o600 and t.user == "root"
     hits = host.run(f"grep -rl {TOKEN} /models /etc/systemd /var/log /root/fetch_outcome.json 2>/dev/null")
@@ -50,7 +50,7 @@ def test_token_is_root_only_and_nowhere_else(host):
 
 
 def test_hub_served_one_copy_for_the_fleet(host):
-    """Hub egress for two hosts is one copy: the seed downloaded, the other received from it."""
+    """Hub egress for two hosts is one copy: the origin downloaded, the other received from it."""
     import os
     import urllib.request
 

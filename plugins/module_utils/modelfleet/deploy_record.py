@@ -40,6 +40,34 @@ class RecordError(ModelfleetError):
     """A record that cannot be read or written."""
 
 
+# the role variables that are a deploy's inputs: every variable of these roles and of modelfleet itself ...
+INPUT_PREFIXES = ("modelfleet_", "hf_fetch_", "nvidia_env_", "vllm_service_", "benchmark_", "storage_cleanup_")
+# ... less what a run publishes and what only shapes the rollout (the profile's content is an input itself; its
+# name, the wave, the group and the pace are not)
+NOT_INPUTS = re.compile(
+    r"^(.*_outcome"
+    r"|modelfleet_(canary_passed|targets|serial|max_fail_percentage|benchmark|fast_path)"
+    r"|modelfleet_(profile|profile_name|profiles_dir|rollout|rollout_plan|wave|wave_index|canary|group)"
+    # the deploy steps' own inputs (role modelfleet_deploy): the profile and commit, counted above themselves
+    r"|modelfleet_deploy_.*)\Z")
+
+
+def input_variables(variables: dict) -> dict:
+    """The variables among `variables` that are a deploy's inputs (INPUT_PREFIXES less NOT_INPUTS)."""
+    return {k: v for k, v in variables.items()
+            if isinstance(k, str) and k.startswith(INPUT_PREFIXES) and not NOT_INPUTS.match(k)}
+
+
+def inputs_digest(*, profile: dict, revision: str, plan: dict | None, driver: str | None, code: str,
+                  variables: dict) -> str:
+    """sha256 (hex) of everything a deploy asks of a host: the effective profile, the commit, the TP/EP plan, the
+    driver version, the controller code's digest and the input variables (input_variables). Only the digest
+    is stored on the host; the values may hold the hub token or the API key."""
+    doc = {"profile": profile, "revision": revision, "plan": plan or {}, "driver": driver or "", "code": code,
+           "variables": input_variables(variables)}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True, default=str).encode()).hexdigest()
+
+
 def valid_digest(digest: str) -> str:
     if not re.fullmatch(r"[0-9a-f]{64}", digest or ""):
         raise RecordError(f"deploy_record: inputs_digest must be a hex sha256, got {digest!r}; pass "

@@ -14,7 +14,7 @@ import subprocess
 
 from ansible.module_utils.modelfleet import flock
 from ansible.module_utils.modelfleet.errors import DiskPlanError
-from ansible.module_utils.modelfleet.units import both_units, fmt_bytes
+from ansible.module_utils.modelfleet.sizes import both_units, fmt_bytes
 
 MARKER_DIR = ".modelfleet"
 LAST_USED = "last_used"      # touched by hf_fetch (and vllm_service on start): the LRU clock

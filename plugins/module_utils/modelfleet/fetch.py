@@ -48,7 +48,8 @@ def model_paths(root: str, repo_id: str, commit: str) -> dict:
         "final": os.path.join(root, d, commit),
         "staging": os.path.join(root, ".staging", d, commit),
         "status": os.path.join(root, ".status", f"{d}@{commit}.json"),
-        "lock": os.path.join(root, ".status", f"{d}@{commit}.lock"),
+        # the one-writer flock file (ModelWriteLock); the file manifest is the lock (hf_lock, .modelfleet/lock.json)
+        "flock": os.path.join(root, ".status", f"{d}@{commit}.flock"),
         "meta": os.path.join(root, d, commit, MARKER_DIR),
     }
 
@@ -222,7 +223,7 @@ class ModelWriteLock:
 
     def acquire(self):
         """Take the lock (released at __exit__, or when this process and its children end)."""
-        fd, holder = flock.try_lock(self.paths["lock"], mode=0o644)
+        fd, holder = flock.try_lock(self.paths["flock"], mode=0o644)
         if fd is None:
             raise FetchError(self.busy_message(holder))
         flock.write_holder(fd, f"{os.getpid()}\n")
@@ -240,7 +241,7 @@ class ModelWriteLock:
         try:
             os.kill(int(holder), 0)
         except (ValueError, ProcessLookupError):
-            holder += f", now gone: a process it started still holds {self.paths['lock']} (fuser -v shows it)"
+            holder += f", now gone: a process it started still holds {self.paths['flock']} (fuser -v shows it)"
         except PermissionError:
             pass
         return (f"another fetch (pid {holder}) is writing {self.paths['staging']} ({progress}; progress in "

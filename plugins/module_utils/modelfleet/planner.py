@@ -19,7 +19,7 @@ from __future__ import annotations
 import re
 
 from ansible.module_utils.modelfleet.errors import PlanError
-from ansible.module_utils.modelfleet.units import GiB, fmt_bytes
+from ansible.module_utils.modelfleet.sizes import GiB, fmt_bytes
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "fp8_e4m3": 1,
                "fp8_e5m2": 1, "auto": None}

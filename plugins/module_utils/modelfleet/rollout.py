@@ -183,7 +183,7 @@ def deploy_plan(declared: dict, rollout: dict | None = None, canary=(), profile:
         "wave_of": wave_of,
         # the host of each model that takes it from the hub (its first in the rollout: a canary when one serves
         # it); the others receive it from there
-        "seeds": {p: hs[0] for p, hs in profile_hosts.items()},
+        "origins": {p: hs[0] for p, hs in profile_hosts.items()},
         # each profile's hosts in the rollout's order (the fan-out of a model stays among them)
         "profile_hosts": profile_hosts,
     }
