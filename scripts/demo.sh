@@ -20,7 +20,7 @@ profile=${MODELFLEET_DEMO_PROFILE:-tiny-llama}
 start=$(date +%s)
 rc=0
 python -m modelfleet.cli deploy "$profile" --playbook deploy_kimi_int4.yml -i inventory/local/local.fleet.yml \
-  -e "hf_fetch_endpoint=$hub" --progress "$@" || rc=$?
+  -e "hf_fetch_endpoint=$hub" "$@" || rc=$?
 echo "demo wall time: $(( $(date +%s) - start )) s (exit $rc)"
 python - "$hub" <<'PY' || true
 import json, sys, urllib.request

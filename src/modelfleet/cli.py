@@ -233,10 +233,38 @@ def cmd_bench(a) -> int:
 
 # ---------------------------------------------------------------- fleet commands (runner wrapper)
 
+def _progress_lines(out=None):
+    """For a log (stdout not a terminal): one line each time a host enters a phase or fails, with the seconds
+    since the start - never a re-drawn table."""
+    import contextlib
+    import time
+
+    out = out or sys.stdout
+    t0 = time.monotonic()
+    seen: dict = {}
+
+    def on_event(ev, hosts):
+        for h in sorted(hosts.values(), key=lambda x: x.host):
+            state = (h.phase, h.failure)
+            if not h.phase or seen.get(h.host) == state:
+                continue
+            failed_now = h.failure and (seen.get(h.host) or ("", ""))[1] != h.failure
+            seen[h.host] = state
+            # a failure a rescue handles (a rollback) gets its line too: the log says what happened
+            what = (f"FAILED in {h.phase}: {h.task[:80]}: {' '.join(h.failure.split())[:160]}" if failed_now
+                    else h.phase)
+            print(f"[{time.monotonic() - t0:6.0f} s] {h.host:<14} {what}", file=out, flush=True)
+
+    return contextlib.nullcontext(), on_event
+
+
 def _progress(a):
-    """A live per-host table (phase, last task, last progress line) unless --json or not a terminal."""
-    if a.json or (not sys.stdout.isatty() and not getattr(a, "progress", False)):
+    """A live per-host table (phase, last task, last progress line) on a terminal (or with --progress); progress
+    lines when stdout is a log; nothing with --json."""
+    if a.json:
         return None, None
+    if not sys.stdout.isatty() and not getattr(a, "progress", False):
+        return _progress_lines()
     from rich.console import Console
     from rich.live import Live
     from rich.table import Table
