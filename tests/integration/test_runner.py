@@ -26,6 +26,9 @@ def local_fleet(tmp_path_factory):
     state = tmp_path_factory.mktemp("state")
     old = os.environ.get("MODELFLEET_STATE_DIR")
     os.environ["MODELFLEET_STATE_DIR"] = str(state)
+    # fresh hosts: a local fleet the demo left serving would make "serves nothing" false (it is removed at the end
+    # either way)
+    subprocess.run([str(ROOT / "scripts" / "fleet.sh"), "down"], capture_output=True, timeout=300)
     up = subprocess.run([str(ROOT / "scripts" / "fleet.sh"), "up"], capture_output=True, text=True, timeout=900)
     assert up.returncode == 0, up.stderr
     yield state
