@@ -233,27 +233,36 @@ def cmd_bench(a) -> int:
 
 # ---------------------------------------------------------------- fleet commands (runner wrapper)
 
-def _progress_lines(out=None):
-    """For a log (stdout not a terminal): one line each time a host enters a phase or fails, with the seconds
-    since the start - never a re-drawn table."""
+def _progress_lines(out=None, every_s: float = 10.0, clock=None):
+    """For a log (stdout not a terminal): one line each time a host enters a phase (with its task), fails, or
+    reports progress (download bytes/rate/ETA, the readiness wait; at most one such line per host every
+    `every_s` seconds), with the seconds since the start - never a re-drawn table."""
     import contextlib
     import time
 
     out = out or sys.stdout
-    t0 = time.monotonic()
+    clock = clock or time.monotonic
+    t0 = clock()
     seen: dict = {}
 
     def on_event(ev, hosts):
+        now = clock()
         for h in sorted(hosts.values(), key=lambda x: x.host):
-            state = (h.phase, h.failure)
-            if not h.phase or seen.get(h.host) == state:
+            if not h.phase:
                 continue
-            failed_now = h.failure and (seen.get(h.host) or ("", ""))[1] != h.failure
-            seen[h.host] = state
-            # a failure a rescue handles (a rollback) gets its line too: the log says what happened
-            what = (f"FAILED in {h.phase}: {h.task[:80]}: {' '.join(h.failure.split())[:160]}" if failed_now
-                    else h.phase)
-            print(f"[{time.monotonic() - t0:6.0f} s] {h.host:<14} {what}", file=out, flush=True)
+            last = seen.setdefault(h.host, {"phase": "", "failure": "", "detail": "", "progress_at": float("-inf")})
+            line = ""
+            if h.failure and h.failure != last["failure"]:
+                # a failure a rescue handles (a rollback) gets its line too: the log says what happened
+                line = f"FAILED in {h.phase}: {h.task[:80]}: {' '.join(h.failure.split())[:160]}"
+            elif h.phase != last["phase"]:
+                line = f"{h.phase}: {h.task[:80]}"
+            elif h.detail and h.detail != last["detail"] and now - last["progress_at"] >= every_s:
+                line = f"{h.phase}: {h.detail[:160]}"
+                last.update(detail=h.detail, progress_at=now)  # the throttle is between progress lines only
+            last.update(phase=h.phase, failure=h.failure)
+            if line:
+                print(f"[{now - t0:6.0f} s] {h.host:<14} {line}", file=out, flush=True)
 
     return contextlib.nullcontext(), on_event
 
