@@ -256,7 +256,9 @@ def _progress_lines(out=None, every_s: float = 10.0, clock=None):
                 # a failure a rescue handles (a rollback) gets its line too: the log says what happened
                 line = f"FAILED in {h.phase}: {h.task[:80]}: {' '.join(h.failure.split())[:160]}"
             elif h.phase != last["phase"]:
-                line = f"{h.phase}: {h.task[:80]}"
+                # a role's first task is Ansible's own argument check: the phase alone says as much
+                check = h.task.startswith("Validating arguments against arg spec")
+                line = h.phase if check else f"{h.phase}: {h.task[:80]}"
             elif h.detail and h.detail != last["detail"] and now - last["progress_at"] >= every_s:
                 line = f"{h.phase}: {h.detail[:160]}"
                 last.update(detail=h.detail, progress_at=now)  # the throttle is between progress lines only
