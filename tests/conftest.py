@@ -56,8 +56,11 @@ def hub(tmp_path_factory, tiny_model):
     build(b_model, seed=1, shards=2, name="tiny-llama-b")
     repos = {TINY_REPO: publish(tiny_model, mirrors, TINY_REPO), TINY_REPO_B: publish(b_model, mirrors, TINY_REPO_B)}
     fail_file, rate_file, stall_file = base / "hub-down", base / "hub-rate", base / "hub-stall"
-    srv = start_hub(mirrors, base, fail_file=str(fail_file), rate_file=str(rate_file), stall_file=str(stall_file))
-    srv.extra.update(repos=repos, mirrors=mirrors, fail_file=fail_file, rate_file=rate_file, stall_file=stall_file)
+    latency_file = base / "hub-latency"
+    srv = start_hub(mirrors, base, fail_file=str(fail_file), rate_file=str(rate_file), stall_file=str(stall_file),
+                    latency_file=str(latency_file))
+    srv.extra.update(repos=repos, mirrors=mirrors, fail_file=fail_file, rate_file=rate_file, stall_file=stall_file,
+                     latency_file=latency_file)
     os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
     yield srv
     srv.stop()

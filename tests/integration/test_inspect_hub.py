@@ -73,3 +73,27 @@ def test_module_through_ansible(hub, tiny_model, tmp_path):
                         "-a", f"path={tmp_path}", "-e", f"ansible_python_interpreter={sys.executable}"],
                        capture_output=True, text=True, cwd=ROOT, env=env)
     assert r.returncode != 0 and "no config.json" in r.stdout
+
+
+def test_shard_headers_are_read_at_once_with_the_same_facts(hub):
+    """Issue 23 (preflight): with a far-away hub (each request waits 0.3 s on the hub server) the shard headers
+    are read concurrently - the hub sees several requests in flight at once - and the facts are those of a
+    one-at-a-time inspection. (How much time that saves is benchmarks/bench_inspect_hub.py's to print.)"""
+    from modelfleet.harness.servers import hub_reset, hub_stats
+
+    latency = hub.extra["latency_file"]
+    latency.write_text("0.3")
+    try:
+        hub_reset(hub.url)
+        one = inspect_hub(TINY_REPO, revision="v1", endpoint=hub.url, parallel=1)
+        assert hub_stats(hub.url)["max_in_flight"] == 1
+        hub_reset(hub.url)
+        many = inspect_hub(TINY_REPO, revision="v1", endpoint=hub.url, parallel=8)
+        assert hub_stats(hub.url)["max_in_flight"] >= 2
+    finally:
+        latency.unlink()
+    assert many["num_shards"] == one["num_shards"] >= 3
+    assert {k: v for k, v in many.items() if k != "inspect_seconds"} == {
+        k: v for k, v in one.items() if k != "inspect_seconds"}
+    with pytest.raises(CheckpointError, match="parallel header reads must be a whole number >= 1, got 0"):
+        inspect_hub(TINY_REPO, revision="v1", endpoint=hub.url, parallel=0)

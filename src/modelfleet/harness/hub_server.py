@@ -27,7 +27,7 @@ REPO_API_RE = re.compile(r"^/api/models/([^/]+)/([^/]+)/revision/")
 
 class HarnessLayer:
     def __init__(self, app, mirrors: str, stats_file: str | None = None, fail_file: str | None = None,
-                 rate_file: str | None = None, stall_file: str | None = None):
+                 rate_file: str | None = None, stall_file: str | None = None, latency_file: str | None = None):
         self.app = app
         self.mirrors = mirrors
         self.rate_file = rate_file    # holds bytes/s: file bodies are sent at that rate (a slow link)
@@ -36,18 +36,21 @@ class HarnessLayer:
         self.in_flight = 0
         self.stats_file = stats_file
         self.fail_file = fail_file  # if this file exists, file downloads answer 503 (endpoint-down tests)
+        self.latency_file = latency_file  # holds seconds: every request waits that long first (a far-away hub)
+        self.max_in_flight = 0
 
     async def __call__(self, scope, receive, send):
         if scope["type"] != "http":
             return await self.app(scope, receive, send)
         path = scope.get("path", "")
         if path == "/_modelfleet/stats":
-            body = json.dumps(dict(self.stats, in_flight=self.in_flight)).encode()
+            body = json.dumps(dict(self.stats, in_flight=self.in_flight, max_in_flight=self.max_in_flight)).encode()
             await send({"type": "http.response.start", "status": 200,
                         "headers": [(b"content-type", b"application/json")]})
             return await send({"type": "http.response.body", "body": body})
         if path == "/_modelfleet/reset":
             self.stats = {"bytes_served": 0, "ranged_bytes": 0, "requests": 0, "by_path": {}, "whole_by_path": {}}
+            self.max_in_flight = self.in_flight
             await send({"type": "http.response.start", "status": 200, "headers": []})
             return await send({"type": "http.response.body", "body": b"{}"})
         is_file = "/resolve/" in path
@@ -71,7 +74,13 @@ class HarnessLayer:
                 await self._finish(state, send, path, want_range, is_file, is_api, scope.get("method") == "HEAD")
 
         self.in_flight += 1
+        self.max_in_flight = max(self.max_in_flight, self.in_flight)
         try:
+            latency = self._latency()
+            if latency > 0:
+                import asyncio
+
+                await asyncio.sleep(latency)
             await self.app(scope, receive, capture)
         except Exception as e:  # olah raises on unknown refs; answer like the hub does
             if state["status"] is None and (is_file or is_api):
@@ -149,6 +158,15 @@ class HarnessLayer:
             return
         await send({"type": "http.response.body", "body": body})
 
+    def _latency(self) -> float:
+        if not self.latency_file:
+            return 0.0
+        try:
+            with open(self.latency_file) as f:
+                return float(f.read().strip() or 0)
+        except (OSError, ValueError):
+            return 0.0
+
     def _rate(self) -> float:
         try:
             with open(self.rate_file) as f:
@@ -179,6 +197,7 @@ def main(argv=None) -> int:
     ap.add_argument("--fail-file", help="while this file exists, file downloads answer 503")
     ap.add_argument("--rate-file", help="a file holding bytes/s: file bodies are sent at that rate")
     ap.add_argument("--stall-file", help="while this file exists, file bodies stop mid-way")
+    ap.add_argument("--latency-file", help="a file holding seconds: every request waits that long first")
     a = ap.parse_args(argv)
     if not a.host.startswith("127.") and a.host not in ("localhost", "::1"):
         print("hub_server: refusing to bind outside loopback", file=sys.stderr)
@@ -202,7 +221,7 @@ def main(argv=None) -> int:
 
     server.init()
     layer = HarnessLayer(server.app, os.path.abspath(a.mirrors), a.stats_file, a.fail_file, a.rate_file,
-                         a.stall_file)
+                         a.stall_file, a.latency_file)
     uvicorn.run(layer, host=a.host, port=a.port,
                 log_level="warning")
     return 0

@@ -80,7 +80,7 @@ def wait_http(url: str, timeout: float, proc: subprocess.Popen | None = None, lo
 
 def start_hub(mirrors: str | Path, log_dir: str | Path, port: int | None = None, fail_file: str | None = None,
               stats_file: str | None = None, rate_file: str | None = None, stall_file: str | None = None,
-              timeout: float = 30) -> ServerProcess:
+              latency_file: str | None = None, timeout: float = 30) -> ServerProcess:
     py = HUB_VENV / "bin" / "python"
     if not py.exists():
         raise RuntimeError(f"the local hub server venv is missing ({HUB_VENV}); run scripts/setup.sh --hub")
@@ -95,6 +95,8 @@ def start_hub(mirrors: str | Path, log_dir: str | Path, port: int | None = None,
         cmd += ["--rate-file", str(rate_file)]
     if stall_file:
         cmd += ["--stall-file", str(stall_file)]
+    if latency_file:
+        cmd += ["--latency-file", str(latency_file)]
     with open(log, "w") as lf:
         proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True,
                                 env=dict(os.environ, PYTHONUNBUFFERED="1"))

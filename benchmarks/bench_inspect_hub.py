@@ -1,0 +1,57 @@
+"""The controller's preflight against a far-away hub (issue 23): header-only inspection of a many-shard repo on
+the local hub server with a fixed latency per request, the shard headers read one at a time and several at once.
+
+    python benchmarks/bench_inspect_hub.py [--shards 32] [--latency 0.1] [--parallel 1 8]
+
+Prints figures; asserts nothing (targets belong here, not in timed tests)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from modelfleet._paths import import_module_utils  # noqa: E402
+
+import_module_utils()
+from ansible.module_utils.modelfleet.checkpoint import inspect_hub  # noqa: E402
+
+from modelfleet.harness.hub_repo import publish  # noqa: E402
+from modelfleet.harness.servers import hub_reset, hub_stats, start_hub  # noqa: E402
+from modelfleet.harness.tiny_model import build  # noqa: E402
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--shards", type=int, default=32)
+    ap.add_argument("--latency", type=float, default=0.1, help="seconds the hub waits before each request")
+    ap.add_argument("--parallel", type=int, nargs="+", default=[1, 8])
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="mf-bench-inspect-hub-"))
+    build(work / "model", seed=0, shards=a.shards, name="tiny-many")
+    publish(work / "model", work / "mirrors", "bench/tiny-many")
+    latency = work / "latency"
+    srv = start_hub(work / "mirrors", work, latency_file=str(latency))
+    try:
+        inspect_hub("bench/tiny-many", endpoint=srv.url)  # warm: the hub's own caches
+        latency.write_text(str(a.latency))
+        print(f"{a.shards} shards, {a.latency * 1000:.0f} ms per request on the hub")
+        for n in a.parallel:
+            hub_reset(srv.url)
+            t = time.monotonic()
+            facts = inspect_hub("bench/tiny-many", endpoint=srv.url, parallel=n)
+            dt = time.monotonic() - t
+            st = hub_stats(srv.url)
+            print(f"  header reads at once {n:>2}: {dt:6.2f} s, {st['requests']} requests, at most "
+                  f"{st['max_in_flight']} in flight, {facts['num_shards']} shards read")
+    finally:
+        srv.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
