@@ -56,12 +56,10 @@ verify: {description: 'Verification figures: bytes_hashed, seconds, mb_per_s, re
 download: {description: 'attempts, stalls, seconds, bytes_per_s.', returned: success, type: dict}
 """
 
-import grp
-import pwd
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.arg_specs import HUB_ACCESS, MODEL_FILES, OWNERSHIP
 from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible.module_utils.modelfleet.fetch import owner_ids
 from ansible.module_utils.modelfleet.secrets import read_secret_file
 from ansible.module_utils.modelfleet.snapshot import VERIFY_EXISTING, fetch_snapshot
 
@@ -86,13 +84,8 @@ def main():
             token = read_secret_file(p["token_file"], "token file") or None
         except ModelfleetError as e:
             module.fail_json(msg=f"hf_snapshot: {e}")
-    owner = None
-    if not module.check_mode:
-        try:
-            owner = (pwd.getpwnam(p["owner"]).pw_uid, grp.getgrnam(p["group"]).gr_gid)
-        except KeyError as e:
-            module.fail_json(msg=f"owner/group {e} does not exist on the host")
     try:
+        owner = None if module.check_mode else owner_ids(p["owner"], p["group"])
         res = fetch_snapshot(root=p["root"], lock=p["lock"], endpoint=p["endpoint"], token=token, owner=owner,
                              max_workers=p["max_workers"], stall_seconds=p["stall_seconds"],
                              max_stalls=p["max_stalls"], verify_existing=p["verify_existing"],

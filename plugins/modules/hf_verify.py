@@ -39,12 +39,10 @@ verify: {description: 'ok, bad, bytes_hashed, seconds, mb_per_s.', returned: alw
 final: {description: The model directory., returned: success, type: str}
 """
 
-import grp
-import pwd
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.modelfleet.arg_specs import MODEL_FILES, OWNERSHIP
 from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible.module_utils.modelfleet.fetch import owner_ids
 from ansible.module_utils.modelfleet.model_verify import VerifyError, verify_model
 
 
@@ -62,7 +60,7 @@ def main():
     )
     p = module.params
     try:
-        owner = (pwd.getpwnam(p["owner"]).pw_uid, grp.getgrnam(p["group"]).gr_gid)
+        owner = owner_ids(p["owner"], p["group"])
         res = verify_model(root=p["root"], lock=p["lock"], source=p["source"], finalize_tree=p["finalize"],
                            level=p["level"], reopen_bad=p["reopen_bad"], owner=owner, check_mode=module.check_mode)
     except VerifyError as e:

@@ -65,3 +65,12 @@ def test_an_unknown_verify_level_is_refused(tmp_path):
     with pytest.raises(FetchError) as e:
         fetch_snapshot(root=str(tmp_path), lock=_lock(), verify_existing="some", hold_lock=False)
     assert "verify_existing 'some' is not one of none, size, full" in str(e.value)
+
+
+def test_the_final_files_owner_is_looked_up_once_for_both_modules():
+    from ansible.module_utils.modelfleet.fetch import owner_ids
+
+    assert owner_ids("root", "root") == (0, 0)
+    with pytest.raises(FetchError) as e:
+        owner_ids("no-such-user-mf", "root")
+    assert "no-such-user-mf" in str(e.value) and str(e.value).endswith("does not exist on the host")

@@ -40,6 +40,17 @@ def repo_dir_name(repo_id: str) -> str:
     return f"{org}--{name}"
 
 
+def owner_ids(owner: str, group: str) -> tuple[int, int]:
+    """(uid, gid) for the owner and group the final files get; a name the host does not know is a FetchError."""
+    import grp
+    import pwd
+
+    try:
+        return pwd.getpwnam(owner).pw_uid, grp.getgrnam(group).gr_gid
+    except KeyError as e:
+        raise FetchError(f"owner/group {e} does not exist on the host") from None
+
+
 def model_paths(root: str, repo_id: str, commit: str) -> dict:
     if not HEX40.match(commit or ""):
         raise FetchError(f"revision {commit!r} is not a 40-hex commit; resolve it first")
