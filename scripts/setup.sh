@@ -21,8 +21,6 @@ done
 cache="$root/.cache"
 log() { printf '[setup] %s\n' "$*" >&2; }
 die() { printf '[setup] ERROR: %s\n' "$*" >&2; exit 1; }
-# shellcheck source=scripts/lib/pip.sh
-. "$root/scripts/lib/pip.sh"
 # Built things that do not depend on the checkout (the harness's vLLM CPU venv, the wheelhouses, the hub
 # server's venv, the collections) live once per machine in a shared cache, one folder per recipe hash, and
 # .cache/<name> links there: a second clone (CI, a developer's worktree) reuses them instead of rebuilding.
@@ -63,6 +61,8 @@ fi
 for t in podman runc debootstrap rsync ssh ssh-keygen; do command -v "$t" >/dev/null || die "$t is still missing after apt-get; install it: apt-get install $t"; done
 
 # ---- project venv -----------------------------------------------------------------------------
+# shellcheck source=scripts/lib/pip.sh
+. "$root/scripts/lib/pip.sh"
 venv="$root/.venv"
 stamp_py=$(cat pyproject.toml | sha256sum | cut -c1-16)
 if [ ! -f "$venv/.stamp" ] || [ "$(cat "$venv/.stamp")" != "$stamp_py" ]; then
