@@ -22,10 +22,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from modelfleet._paths import import_module_utils  # noqa: E402
-
-import_module_utils()
-from ansible.module_utils.modelfleet.fetch import file_digest  # noqa: E402
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import file_digest  # noqa: E402
 
 from modelfleet.harness.hub_repo import publish  # noqa: E402
 from modelfleet.harness.servers import hub_reset, hub_stats, start_hub  # noqa: E402
@@ -40,7 +37,7 @@ FLEET_PLAYBOOK = """
   tasks:
     - name: Run hf_fetch
       ansible.builtin.include_role:
-        name: hf_fetch
+        name: modelfleet.fleet.hf_fetch
       vars:
         hf_fetch_repo_id: %s
         hf_fetch_root: %s
@@ -55,7 +52,7 @@ def fleet_egress(hub_url: str, work: Path, hosts: list[str]) -> list[tuple[int, 
     subprocess.run([str(ROOT / "scripts" / "fleet.sh"), "up"], check=True, stdout=subprocess.DEVNULL)
     pb = work / "fleet-fetch.yml"
     pb.write_text(FLEET_PLAYBOOK % (REPO, FLEET_ROOT))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_ROLES_PATH=str(ROOT / "roles"))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
     rows = []
     for subset in (hosts[:1], hosts):
         for h in hosts:

@@ -17,11 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from modelfleet._paths import import_module_utils  # noqa: E402
-
-import_module_utils()
-from ansible.module_utils.modelfleet.checkpoint import inspect_local  # noqa: E402
-from ansible.module_utils.modelfleet.sizes import fmt_bytes  # noqa: E402
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import inspect_local  # noqa: E402
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import fmt_bytes  # noqa: E402
 
 from modelfleet.harness.synthetic import write_checkpoint  # noqa: E402
 

@@ -15,10 +15,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from modelfleet._paths import import_module_utils  # noqa: E402
-
-import_module_utils()
-from ansible.module_utils.modelfleet.checkpoint import inspect_hub  # noqa: E402
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import inspect_hub  # noqa: E402
 
 from modelfleet.harness.hub_repo import publish  # noqa: E402
 from modelfleet.harness.servers import hub_reset, hub_stats, start_hub  # noqa: E402

@@ -10,13 +10,12 @@
 #   scripts/mutation.sh disk.py         one of them
 #   MODELFLEET_MUTATION_JOBS=N          parallel mutants (default: the number of cores)
 #
-# How it maps the layout: mutmut names a mutant after its file's path (plugins/module_utils/... would be
-# "plugins.module_utils..."), while the code runs as ansible.module_utils.modelfleet.* (that is how Ansible
-# ships it to hosts and how the tests import it). So the files are staged as ansible/module_utils/modelfleet
-# in a work folder, and a pytest plugin loaded only in mutmut's test process (mutation_paths.py) puts
-# mutmut's mutated copy first on ansible.module_utils' path: the names agree and the tests exercise the
-# mutants. Tests that run the CLI, ansible-inventory or a module in a child process get the unmutated copy
-# (plugins/module_utils): mutmut maps mutants to tests by what the test process itself calls.
+# How it maps the layout: mutmut names a mutant after its file's path, and the code runs under its collection
+# name, ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.* (plugin_utils for fleet.py). So
+# the files are staged at that path in a work folder, and a pytest plugin loaded only in mutmut's test process
+# (mutation_paths.py) puts the work folder first on sys.path: the names agree and the tests import the mutants.
+# Tests that run the CLI, ansible-inventory or a module in a child process get the unmutated checkout (through
+# the editable install): mutmut maps mutants to tests by what the test process itself calls.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -27,8 +26,10 @@ pip install -q --disable-pip-version-check -r requirements/mutation.txt
 
 files=("$@")
 [ ${#files[@]} -gt 0 ] || files=(disk.py in_use.py vllm_unit.py fleet.py)
+# where each file lives in the collection (fleet.py is controller-only: plugin_utils)
+where() { if [ "$1" = fleet.py ]; then echo plugins/plugin_utils; else echo plugins/module_utils/modelfleet; fi; }
 for f in "${files[@]}"; do
-  [ -f "plugins/module_utils/modelfleet/$f" ] || { echo "scripts/mutation.sh: no plugins/module_utils/modelfleet/$f" >&2; exit 2; }
+  [ -f "$(where "$f")/$f" ] || { echo "scripts/mutation.sh: no $(where "$f")/$f" >&2; exit 2; }
 done
 # The tests that check these rules in-process (a test that runs the code in a child process still runs, but
 # mutmut maps mutants to tests by what the test process itself calls).
@@ -38,34 +39,36 @@ tests=(tests/unit/test_disk_plan.py tests/unit/test_disk_guards.py tests/unit/te
        tests/integration/test_bad_input.py)
 
 work=${MODELFLEET_MUTATION_DIR:-/var/tmp/modelfleet-mutation}
+coll=ansible_collections/modelfleet/fleet
 rm -rf "$work"
-mkdir -p "$work/ansible/module_utils" "$work/plugins"
-cp -r plugins/module_utils/modelfleet "$work/ansible/module_utils/"
-for d in modules inventory lookup; do cp -r "plugins/$d" "$work/plugins/"; done
-cp -r plugins/module_utils "$work/plugins/"  # what child processes import (unmutated)
-cp -r tests src profiles inventory playbooks roles ansible.cfg "$work/"
+mkdir -p "$work/$coll/plugins"
+cp -r plugins/module_utils plugins/plugin_utils "$work/$coll/plugins/"   # what mutmut mutates and the tests import
+cp -r tests src profiles inventory playbooks roles plugins meta galaxy.yml ansible.cfg "$work/"  # the rest, unmutated
 cat >"$work/mutation_paths.py" <<'PY'
-"""pytest plugin (scripts/mutation.sh): mutmut's mutated copy first on ansible.module_utils' path, in the
-test process only."""
+"""pytest plugin (scripts/mutation.sh): the folder holding mutmut's mutated ansible_collections/ first on sys.path,
+in the test process only."""
 import os
+import sys
 
-import ansible.module_utils as mu
-
-HERE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "ansible", "module_utils")
-if HERE not in mu.__path__:
-    mu.__path__.insert(0, HERE)
+HERE = os.path.dirname(os.path.abspath(__file__))
+if HERE not in sys.path:
+    sys.path.insert(0, HERE)
+# Ansible run by a test in a child process finds the collection in the checkout (unmutated), as it does there
+CHECKOUT = os.environ["MODELFLEET_MUTATION_CHECKOUT"]
+os.environ["ANSIBLE_COLLECTIONS_PATH"] = f"{CHECKOUT}/.cache/collection-self:{CHECKOUT}/.cache/collections"
 PY
+export MODELFLEET_MUTATION_CHECKOUT="$root"
 
 toml_list() { local sep="" x; printf '['; for x in "$@"; do printf '%s"%s"' "$sep" "$x"; sep=", "; done; printf ']'; }
 mutate=()
-for f in "${files[@]}"; do mutate+=("ansible/module_utils/modelfleet/$f"); done
+for f in "${files[@]}"; do mutate+=("$coll/$(where "$f")/$f"); done
 # the project's pytest settings (markers), then mutmut's
 awk '/^\[tool\.pytest\.ini_options\]/ { f = 1; print; next } f && /^\[[A-Za-z]/ { exit } f' pyproject.toml \
   >"$work/pyproject.toml"
 cat >>"$work/pyproject.toml" <<EOF
 [tool.mutmut]
 paths_to_mutate = $(toml_list "${mutate[@]}")
-also_copy = $(toml_list tests src profiles inventory playbooks roles ansible.cfg pyproject.toml plugins mutation_paths.py ansible/module_utils/modelfleet)
+also_copy = $(toml_list tests src profiles inventory playbooks roles meta galaxy.yml ansible.cfg pyproject.toml plugins mutation_paths.py "$coll")
 pytest_add_cli_args = ["-p", "mutation_paths", "-p", "no:cacheprovider", "-p", "no:xdist", "-q"]
 pytest_add_cli_args_test_selection = $(toml_list "${tests[@]}")
 EOF

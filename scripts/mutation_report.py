@@ -32,7 +32,7 @@ NAME_RE = re.compile(r"^(?P<module>[\w.]+)\.(?P<func>x[_\u01c1].*?)__mutmut_(?P<
 
 
 def short_name(name: str) -> str:
-    """ansible.module_utils.modelfleet.disk.x_plan_disk__mutmut_12 -> disk.plan_disk__12"""
+    """<...>.module_utils.modelfleet.disk.x_plan_disk__mutmut_12 -> disk.plan_disk__12"""
     m = NAME_RE.match(name)
     return f"{m['module'].rsplit('.', 1)[-1]}.{m['func'][2:].replace(chr(0x1c1), '.')}__{m['n']}"
 

@@ -84,6 +84,14 @@ if ! coll=$(shared collections "$stamp_coll"); then
   echo "$stamp_coll" >"$coll/.stamp"
 fi
 
+# ---- the checkout as the collection modelfleet.fleet -------------------------------------------
+# ansible.cfg's collections_path starts with .cache/collection-self: a relative link there names this checkout
+# ansible_collections/modelfleet/fleet, so roles, modules and plugins resolve by FQCN from any clone.
+mkdir -p "$cache/collection-self/ansible_collections/modelfleet"
+ln -sfn ../../../.. "$cache/collection-self/ansible_collections/modelfleet/fleet"
+[ -f "$cache/collection-self/ansible_collections/modelfleet/fleet/galaxy.yml" ] \
+  || die "the collection link $cache/collection-self/ansible_collections/modelfleet/fleet does not reach galaxy.yml"
+
 # ---- podman configuration this machine needs ---------------------------------------------------
 # crun fails here on hybrid cgroups, and default ulimits exceed the hard limits: use runc, lower limits.
 conf=/etc/containers/containers.conf.d/50-modelfleet.conf

@@ -42,25 +42,31 @@ step "yamllint"
 yamllint -s .
 step "argument specs match defaults"
 python scripts/check_argument_specs.py
-# The slower checks (module docs, playbook syntax, ansible-lint: ~20 s of CPU) run first in the second lane
+# The slower checks (module docs, playbook syntax, ansible-lint, ansible-test sanity: about a minute) run first in the second lane
 # when molecule runs, beside molecule/fleet's start, instead of before it; their failure fails the run the
 # same way (and is printed at the end). With no scenario (--quick) they run here.
 slow_lint() {
-  local m p
-  for m in plugins/modules/*.py; do
-    [ -e "$m" ] || continue
-    ansible-doc -t module -M plugins/modules "$(basename "$m" .py)" >/dev/null || { echo "ansible-doc: $m"; return 1; }
+  local p kind f
+  for kind in modules:module inventory:inventory lookup:lookup; do
+    for f in "plugins/${kind%%:*}"/*.py; do
+      [ -e "$f" ] || continue
+      ansible-doc -t "${kind#*:}" "modelfleet.fleet.$(basename "$f" .py)" >/dev/null || { echo "ansible-doc: $f"; return 1; }
+    done
   done
-  echo "module docs (ansible-doc): ok"
+  echo "module and plugin docs (ansible-doc, by FQCN): ok"
   for p in playbooks/*.yml; do ansible-playbook --syntax-check "$p" >/dev/null || { echo "syntax: $p"; return 1; }; done
   echo "playbook syntax: ok"
-  ansible-lint --profile production --offline -q && echo "ansible-lint (production profile): ok"
+  ansible-lint --profile production --offline -q || { echo "ansible-lint: failed"; return 1; }
+  echo "ansible-lint (production profile): ok"
+  # the collection as it ships, through ansible-test sanity (docs schema, pylint, pep8, imports, ...)
+  "$root/scripts/sanity.sh" >"$root/.cache/sanity.log" 2>&1 || { tail -n 40 "$root/.cache/sanity.log"; return 1; }
+  tail -n 1 "$root/.cache/sanity.log"
 }
 run_slow_lint() {
   local start rc=0
   start=$(date +%s)
   slow_lint >"$root/.cache/lint.log" 2>&1 || rc=$?
-  echo "lint (ansible-doc, syntax, ansible-lint) $(( $(date +%s) - start ))" >>"$root/.cache/test-timings"
+  echo "lint (ansible-doc, syntax, ansible-lint, ansible-test sanity) $(( $(date +%s) - start ))" >>"$root/.cache/test-timings"
   return $rc
 }
 

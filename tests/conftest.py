@@ -1,21 +1,15 @@
-"""Shared fixtures: the pure logic importable as ansible.module_utils.modelfleet.*, the tiny model, the
-local hub server and vLLM CPU. Harness servers are real processes on loopback, started once per
-session and ended by PID."""
+"""Shared fixtures: the tiny model, the local hub server and vLLM CPU (the collection's pure logic is imported
+as ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.*, through the editable install).
+Harness servers are real processes on loopback, started once per session and ended by PID."""
 
 from __future__ import annotations
 
 import os
-import sys
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "src"))
-
-from modelfleet._paths import import_module_utils  # noqa: E402
-
-import_module_utils()
 
 FIXTURES = ROOT / "tests" / "fixtures"
 

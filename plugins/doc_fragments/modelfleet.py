@@ -22,7 +22,7 @@ options:
     type: path
     required: true
   lock:
-    description: The lock from M(hf_lock) (repo, commit, and each file's name, size and sha256).
+    description: The lock from M(modelfleet.fleet.hf_lock) (repo, commit, and each file's name, size and sha256).
     type: dict
     required: true
 """

@@ -3,19 +3,11 @@ which variables count and how they are hashed). Runs on the controller, where th
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from ansible.errors import AnsibleFilterError
-
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
 
 
 def _deploy_record():
-    import ansible.module_utils as mu
-
-    if _MODULE_UTILS not in list(mu.__path__):
-        mu.__path__.append(_MODULE_UTILS)
-    from ansible.module_utils.modelfleet import deploy_record
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import deploy_record
 
     return deploy_record
 

@@ -17,16 +17,16 @@ description:
     exist, a GPU count that is not a positive integer, duplicate hosts, a host in two waves.
   - Supports compose, keyed_groups and conditional groups (conditional_groups), and the inventory cache.
 options:
-  plugin: {description: Must be fleet., required: true, choices: [fleet, modelfleet.fleet]}
+  plugin: {description: This plugin's name., required: true, choices: [modelfleet.fleet.fleet, fleet]}
   profiles_dir:
     description: Where profiles live (profile names are file names without .yml); default the checkout's profiles/.
     type: path
   models_root: {description: Fleet-wide models root., type: str}
   connection: {description: Fleet-wide connection variables., type: dict}
   vars: {description: Variables for every host., type: dict}
-  gpu: {description: Fleet-wide GPU defaults (kind, count, memory_gib, interconnect)., type: dict}
+  gpu: {description: "Fleet-wide GPU defaults (kind, count, memory_gib, interconnect).", type: dict}
   profile: {description: Fleet-wide profile., type: str}
-  groups: {description: 'Host groups - profile, gpu, models_root, connection, vars, hosts.', type: dict, required: true}
+  groups: {description: 'Host groups (required) - profile, gpu, models_root, connection, vars, hosts.', type: dict}
   rollout:
     description: Rollout waves [{name, hosts, canary, serial, max_fail_percentage}] and the default max_fail_percentage.
     type: dict
@@ -38,7 +38,7 @@ extends_documentation_fragment:
 
 EXAMPLES = r"""
 # inventory/seed/rtx-pro-6000.fleet.yml
-plugin: fleet
+plugin: modelfleet.fleet.fleet
 groups:
   rtx_pro_6000:
     profile: kimi-k2.5-int4
@@ -53,21 +53,15 @@ from pathlib import Path
 from ansible.errors import AnsibleParserError
 from ansible.plugins.inventory import BaseInventoryPlugin, Cacheable, Constructable
 
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-
 
 def _fleet():
-    import ansible.module_utils as mu
-
-    if _MODULE_UTILS not in list(mu.__path__):
-        mu.__path__.append(_MODULE_UTILS)
-    from ansible.module_utils.modelfleet import fleet
+    from ansible_collections.modelfleet.fleet.plugins.plugin_utils import fleet
 
     return fleet
 
 
 class InventoryModule(BaseInventoryPlugin, Constructable, Cacheable):
-    NAME = "fleet"
+    NAME = "modelfleet.fleet.fleet"
 
     def verify_file(self, path):
         return super().verify_file(path) and path.endswith((".fleet.yml", ".fleet.yaml"))

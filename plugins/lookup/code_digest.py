@@ -12,13 +12,13 @@ description:
     path relative to its folder and its bytes, in sorted order. A deploy record made by other code than the
     code running now no longer counts as current, so a changed role takes the full path once.
 options:
-  _terms: {description: Folders (default the checkout's roles, plugins and playbooks)., required: false, type: list, elements: path}
+  _terms: {description: "Folders (default the checkout's roles, plugins and playbooks).", required: false, type: list, elements: path}
 """
 
 EXAMPLES = r"""
 - name: Digest of the code
   ansible.builtin.set_fact:
-    code: "{{ lookup('code_digest') }}"
+    code: "{{ lookup('modelfleet.fleet.code_digest') }}"
 """
 
 RETURN = r"""

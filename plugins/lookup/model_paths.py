@@ -24,7 +24,7 @@ options:
 EXAMPLES = r"""
 - name: The model's final folder on this host
   ansible.builtin.debug:
-    msg: "{{ lookup('model_paths', 'moonshotai/Kimi-K2.5', revision, root=modelfleet_models_root).final }}"
+    msg: "{{ lookup('modelfleet.fleet.model_paths', 'moonshotai/Kimi-K2.5', revision, root=modelfleet_models_root).final }}"
 """
 
 RETURN = r"""
@@ -34,20 +34,13 @@ _raw:
   elements: dict
 """
 
-from pathlib import Path
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-
 
 def _fetch():
-    import ansible.module_utils as mu
-
-    if _MODULE_UTILS not in list(mu.__path__):
-        mu.__path__.append(_MODULE_UTILS)
-    from ansible.module_utils.modelfleet import fetch
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import fetch
 
     return fetch
 

@@ -17,7 +17,7 @@ options:
 EXAMPLES = r"""
 - name: Where compile-cache archives go
   ansible.builtin.debug:
-    msg: "{{ lookup('state_dir', 'compile-cache') }}"
+    msg: "{{ lookup('modelfleet.fleet.state_dir', 'compile-cache') }}"
 """
 
 RETURN = r"""
@@ -28,20 +28,13 @@ _raw:
 """
 
 import os
-from pathlib import Path
 
 from ansible.errors import AnsibleLookupError
 from ansible.plugins.lookup import LookupBase
 
-_MODULE_UTILS = str(Path(__file__).resolve().parents[1] / "module_utils")
-
 
 def _controller_paths():
-    import ansible.module_utils as mu
-
-    if _MODULE_UTILS not in list(mu.__path__):
-        mu.__path__.append(_MODULE_UTILS)
-    from ansible.module_utils.modelfleet import controller_paths
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import controller_paths
 
     return controller_paths
 

@@ -16,7 +16,7 @@ description:
     revision and per-file size and sha256.
   - Read-only; it changes nothing, so check mode returns the same facts.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   path:
     description: A local checkpoint directory. Exactly one of O(path) and O(repo_id) is required.
@@ -40,22 +40,26 @@ options:
     description: The KV cache dtype that will be used (e.g. C(fp8)), for compatibility warnings.
     type: str
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Inspect Kimi-K2.5 on the hub before downloading
-  checkpoint_inspect:
+  modelfleet.fleet.checkpoint_inspect:
     repo_id: moonshotai/Kimi-K2.5
     revision: main
     compute_capability: "12.0"
   register: __kimi_facts
 
 - name: Inspect a local checkpoint
-  checkpoint_inspect:
+  modelfleet.fleet.checkpoint_inspect:
     path: /models/moonshotai--Kimi-K2.5/0123456789abcdef0123456789abcdef01234567
 """
 
@@ -72,8 +76,12 @@ checkpoint:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.checkpoint import compatibility_warnings, inspect_hub, inspect_local
-from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import (
+    compatibility_warnings,
+    inspect_hub,
+    inspect_local,
+)
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
 
 
 def main():

@@ -18,15 +18,17 @@ description:
   - Only the digest of the inputs reaches the host; compute it on the controller, where the inputs (which
     may hold a token or an API key) stay.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   state: {description: check or present., type: str, choices: [check, present], required: true}
   path: {description: 'The record file, e.g. /var/lib/modelfleet/deployed/<served-name>.json.', type: path, required: true}
   inputs_digest:
-    description: sha256 (hex) of everything the deploy asks of this host - profile, revision, plan, driver, code digest, role variables - from the filter C(deploy_inputs_digest) (module_utils deploy_record.inputs_digest).
+    description: >-
+      sha256 (hex) of everything the deploy asks of this host - profile, revision, plan, driver, code digest, role
+      variables - from the filter C(deploy_inputs_digest) (module_utils deploy_record.inputs_digest).
     type: str
     required: true
-  readiness: {description: With state=check, also look at the server once (health, model listed, one completion)., type: bool, default: true}
+  readiness: {description: "With state=check, also look at the server once (health, model listed, one completion).", type: bool, default: true}
   unit: {description: The unit (state=present)., type: str}
   unit_path: {description: The installed unit file (state=present)., type: path}
   env_file: {description: The unit's environment file (state=present)., type: path}
@@ -34,33 +36,41 @@ options:
   venv: {description: The vLLM venv (state=present)., type: path}
   url: {description: The server's base URL (state=present)., type: str}
   served_name: {description: The served model name (state=present)., type: str}
-  summary: {description: What the record is of, for people (profile, revision)., type: dict, default: {}}
-  outcome: {description: The outcome to replay on the fast path (fetch, environment, unit, benchmark)., type: dict, default: {}}
+  summary: {description: "What the record is of, for people (profile, revision).", type: dict, default: {}}
+  outcome: {description: "The outcome to replay on the fast path (fetch, environment, unit, benchmark).", type: dict, default: {}}
 attributes:
+  platform:
+    platforms: posix
   check_mode: {support: full}
   diff_mode: {support: none}
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Is this host already serving exactly this
-  deploy_record:
+  modelfleet.fleet.deploy_record:
     state: check
     path: /var/lib/modelfleet/deployed/kimi-k2.5.json
-    inputs_digest: "{{ deploy_inputs | deploy_inputs_digest }}"
+    inputs_digest: "{{ deploy_inputs | modelfleet.fleet.deploy_inputs_digest }}"
   register: record
 """
 
 RETURN = r"""
 current: {description: The host serves exactly what the inputs ask for (state=check)., returned: always, type: bool}
 reasons: {description: Why it is not current., returned: always, type: list}
-readiness: {description: The readiness look (stage, detail) when it was made., returned: always, type: dict}
+readiness: {description: "The readiness look (stage, detail) when it was made.", returned: always, type: dict}
 record: {description: 'The record (summary, unit, url, served_name, model_dir, outcome), state=check.', returned: always, type: dict}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.deploy_record import build_record, check, write_record
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.readiness import look
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.deploy_record import (
+    build_record,
+    check,
+    write_record,
+)
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.readiness import look
 
 PRESENT_NEEDS = ["unit", "unit_path", "env_file", "model_dir", "venv", "url", "served_name"]
 

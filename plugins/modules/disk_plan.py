@@ -17,7 +17,7 @@ description:
     a model in use or the model being deployed.
   - Read-only, it deletes nothing (the storage_cleanup role does, from this plan).
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   root:
     description: The models root.
@@ -71,15 +71,19 @@ options:
     type: bool
     default: true
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Plan room for Kimi-K2.5
-  disk_plan:
+  modelfleet.fleet.disk_plan:
     root: /models
     required_bytes: "{{ __checkpoint.checkpoint.total_bytes }}"
     headroom_percent: 5
@@ -97,9 +101,9 @@ plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.disk import plan_host
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.sizes import parse_size
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.disk import plan_host
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import parse_size
 
 
 def main():

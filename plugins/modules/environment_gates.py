@@ -14,7 +14,7 @@ description:
     (every bound, upper ones included).
   - Fails with every failed gate named, each with its fix; changes nothing (check mode gives the same answer).
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   host:
     description: The host's name, for the messages.
@@ -40,15 +40,19 @@ options:
     description: The driver minimum; empty for the profile's C(constraints.min_driver_version).
     type: str
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Check the host before anything is downloaded
-  environment_gates:
+  modelfleet.fleet.environment_gates:
     host: "{{ inventory_hostname }}"
     gpu_facts: "{{ __gpus.gpu_facts }}"
     profile: "{{ __profile.profile }}"
@@ -64,8 +68,8 @@ problems:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.gates import environment_problems
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.gates import environment_problems
 
 
 def main():

@@ -17,29 +17,35 @@ description:
   - On a host without NVIDIA GPUs returns gpu_count 0 and the reason (no driver, no device).
   - Read-only.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   prefer_nvml: {description: Try NVML before nvidia-smi., type: bool, default: true}
 attributes:
+  platform:
+    platforms: posix
   check_mode: {support: full}
   diff_mode: {support: none}
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Read the GPUs
-  gpu_facts:
+  modelfleet.fleet.gpu_facts:
   register: __gpus
 """
 
 RETURN = r"""
 gpu_facts:
-  description: 'source, driver_version, cuda_driver_version, gpu_count, gpus, processes, interconnect, interconnect_matrix, compute_capabilities, min_memory_total_bytes, reason.'
+  description: >-
+    source, driver_version, cuda_driver_version, gpu_count, gpus, processes, interconnect, interconnect_matrix,
+    compute_capabilities, min_memory_total_bytes, reason.
   returned: always
   type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.gpu import collect
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.gpu import collect
 
 
 def main():

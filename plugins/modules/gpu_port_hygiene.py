@@ -15,21 +15,25 @@ description:
     port is free and the GPU memory is released, and fails if not.
   - Check mode reports and ends nothing.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   port: {description: The service port that must be free., type: int}
   allowed_units: {description: Units allowed to hold the GPUs or the port (the service being deployed)., type: list, elements: str, default: []}
-  terminate: {description: End the strays (TERM, wait, KILL)., type: bool, default: false}
+  terminate: {description: "End the strays (TERM, wait, KILL).", type: bool, default: false}
   grace_seconds: {description: Seconds between TERM and KILL., type: float, default: 10}
   check_gpus: {description: Also look at GPU memory holders., type: bool, default: true}
 attributes:
+  platform:
+    platforms: posix
   check_mode: {support: full}
   diff_mode: {support: none}
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Make sure nothing stray holds the GPUs or port 8000
-  gpu_port_hygiene:
+  modelfleet.fleet.gpu_port_hygiene:
     port: 8000
     allowed_units: [modelfleet-vllm@kimi-k2.5.service]
 """
@@ -42,8 +46,14 @@ terminated: {description: pid -> TERM or KILL., returned: always, type: dict}
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.gpu import collect
-from ansible.module_utils.modelfleet.hygiene import alive, classify_holders, describe, port_holders, terminate
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.gpu import collect
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.hygiene import (
+    alive,
+    classify_holders,
+    describe,
+    port_holders,
+    terminate,
+)
 
 
 def find(port, check_gpus):
@@ -87,7 +97,7 @@ def main():
                              "(nvidia_env_terminate_strays: true) to end them.", strays=strays, terminated={})
     how = terminate([s["pid"] for s in strays], p["grace_seconds"])
     left = [s["pid"] for s in strays if alive(s["pid"])]
-    holders2, _ = find(p["port"], p["check_gpus"])
+    holders2, _dummy = find(p["port"], p["check_gpus"])
     still = classify_holders(holders2, p["allowed_units"], me)
     if left or still:
         module.fail_json(msg=f"strays survived TERM and KILL or the resources are still held: pids {left}, holders "

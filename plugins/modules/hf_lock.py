@@ -13,22 +13,25 @@ description:
     model will have. A moving branch is never what gets served, the commit is.
   - Read-only; check mode returns the same lock.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   repo_id: {description: Hub repo id (org/name)., type: str, required: true}
-  revision: {description: Branch, tag or commit., type: str, default: main}
+  revision: {description: "Branch, tag or commit.", type: str, default: main}
   allow_patterns: {description: Glob patterns of files to fetch (default all)., type: list, elements: str, default: []}
   root: {description: Models root (to return the paths)., type: path, required: true}
 extends_documentation_fragment:
-  - modelfleet.hub_access
+  - ansible.builtin.action_common_attributes
+  - modelfleet.fleet.modelfleet.hub_access
 attributes:
+  platform:
+    platforms: posix
   check_mode: {support: full}
   diff_mode: {support: none}
 """
 
 EXAMPLES = r"""
 - name: Resolve and lock
-  hf_lock:
+  modelfleet.fleet.hf_lock:
     repo_id: moonshotai/Kimi-K2.5
     revision: main
     root: /models
@@ -37,16 +40,21 @@ EXAMPLES = r"""
 
 RETURN = r"""
 lock: {description: 'repo_id, requested_revision, revision (40-hex), total_bytes, files (name, size, sha256, blob_id)', returned: success, type: dict}
-paths: {description: final, staging, status paths on the host., returned: success, type: dict}
+paths: {description: "final, staging, status paths on the host.", returned: success, type: dict}
 complete: {description: Whether the final directory is already complete for this commit., returned: success, type: bool}
 """
 
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.arg_specs import HUB_ACCESS
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.fetch import build_lock, hub_listing, is_complete, model_paths
-from ansible.module_utils.modelfleet.secrets import read_secret_file
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.arg_specs import HUB_ACCESS
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import (
+    build_lock,
+    hub_listing,
+    is_complete,
+    model_paths,
+)
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.secrets import read_secret_file
 
 
 def read_token(module, path):

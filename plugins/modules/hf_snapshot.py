@@ -25,24 +25,31 @@ description:
     downloading, fails at once with that job's pid and progress and changes nothing. The kernel releases
     the lock when the holder dies, so a killed fetch never leaves a stale lock.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   max_workers: {description: Parallel file downloads., type: int, default: 8}
   stall_seconds: {description: Seconds without new bytes before the transfer is restarted., type: float, default: 120}
   max_stalls: {description: Restarts allowed before failing., type: int, default: 3}
-  verify_existing: {description: 'Re-check a complete model: none, size (cheap), or full (sha256 of every file); a bad file is fetched again.', type: str, choices: [none, size, full], default: size}
+  verify_existing:
+    description: 'Re-check a complete model: none, size (cheap), or full (sha256 of every file); a bad file is fetched again.'
+    type: str
+    choices: [none, size, full]
+    default: size
 extends_documentation_fragment:
-  - modelfleet.model_files
-  - modelfleet.hub_access
-  - modelfleet.ownership
+  - ansible.builtin.action_common_attributes
+  - modelfleet.fleet.modelfleet.model_files
+  - modelfleet.fleet.modelfleet.hub_access
+  - modelfleet.fleet.modelfleet.ownership
 attributes:
+  platform:
+    platforms: posix
   check_mode: {support: full}
   diff_mode: {support: none}
 """
 
 EXAMPLES = r"""
 - name: Fetch (detached)
-  hf_snapshot:
+  modelfleet.fleet.hf_snapshot:
     root: /models
     lock: "{{ __lock.lock }}"
   async: 86400
@@ -57,11 +64,18 @@ download: {description: 'attempts, stalls, seconds, bytes_per_s.', returned: suc
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.arg_specs import HUB_ACCESS, MODEL_FILES, OWNERSHIP
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.fetch import owner_ids
-from ansible.module_utils.modelfleet.secrets import read_secret_file
-from ansible.module_utils.modelfleet.snapshot import VERIFY_EXISTING, fetch_snapshot
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.arg_specs import (
+    HUB_ACCESS,
+    MODEL_FILES,
+    OWNERSHIP,
+)
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import owner_ids
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.secrets import read_secret_file
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.snapshot import (
+    VERIFY_EXISTING,
+    fetch_snapshot,
+)
 
 
 def main():

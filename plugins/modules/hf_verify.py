@@ -13,23 +13,31 @@ description:
     and to re-verify a complete model. Fails naming the first bad file with expected and actual values;
     only a fully verified tree is moved into place and marked complete.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   source: {description: 'Directory holding the received files (default: the staging path).', type: path}
   finalize: {description: Move into place and write the completion marker., type: bool, default: true}
   level: {description: 'For an already complete model: size (cheap) or full (sha256 of every file).', type: str, choices: [size, full], default: full}
-  reopen_bad: {description: 'If a complete model fails, take it back to staging (marker removed) so only the bad files are fetched again, instead of failing.', type: bool, default: false}
+  reopen_bad:
+    description: >-
+      If a complete model fails, take it back to staging (marker removed) so only the bad files are fetched again,
+      instead of failing.
+    type: bool
+    default: false
 extends_documentation_fragment:
-  - modelfleet.model_files
-  - modelfleet.ownership
+  - ansible.builtin.action_common_attributes
+  - modelfleet.fleet.modelfleet.model_files
+  - modelfleet.fleet.modelfleet.ownership
 attributes:
+  platform:
+    platforms: posix
   check_mode: {support: full}
   diff_mode: {support: none}
 """
 
 EXAMPLES = r"""
 - name: Verify what the seed sent
-  hf_verify:
+  modelfleet.fleet.hf_verify:
     root: /models
     lock: "{{ __lock.lock }}"
 """
@@ -40,10 +48,10 @@ final: {description: The model directory., returned: success, type: str}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.arg_specs import MODEL_FILES, OWNERSHIP
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.fetch import owner_ids
-from ansible.module_utils.modelfleet.model_verify import VerifyError, verify_model
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.arg_specs import MODEL_FILES, OWNERSHIP
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import owner_ids
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.model_verify import VerifyError, verify_model
 
 
 def main():

@@ -12,7 +12,7 @@ description:
     normalised. A bad profile fails with one line naming the field and the fix.
   - Read-only; check mode returns the same result.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   profile:
     description: The profile data (for example loaded with C(ansible.builtin.include_vars)).
@@ -23,15 +23,19 @@ options:
     type: str
     default: profile
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Validate the profile
-  model_profile:
+  modelfleet.fleet.model_profile:
     profile: "{{ lookup('ansible.builtin.file', 'profiles/kimi-k2.5-int4.yml') | from_yaml }}"
     source: profiles/kimi-k2.5-int4.yml
   register: __profile
@@ -45,8 +49,8 @@ profile:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.profiles import validate_profile
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.profiles import validate_profile
 
 
 def main():

@@ -15,32 +15,41 @@ description:
   - Lists the model directories under O(models_root) and the newest benchmark result under O(bench_dir).
   - Read-only; derived from the host, never from remembered variables.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   models_root: {description: The models root., type: path, default: /models}
   bench_dir: {description: Where the benchmark role leaves results on the host., type: path, default: /var/lib/modelfleet/bench}
 attributes:
+  platform:
+    platforms: posix
   check_mode: {support: full}
   diff_mode: {support: none}
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Read the state
-  modelfleet_state:
+  modelfleet.fleet.modelfleet_state:
     models_root: /models
   register: state
 """
 
 RETURN = r"""
-units: {description: 'Every modelfleet vLLM unit: unit, served_model_name, active, state, main_pid, restarts, since, model_dir, port, and the lock''s repo_id, revision, complete.', returned: always, type: list}
+units:
+  description: >-
+    Every modelfleet vLLM unit: unit, served_model_name, active, state, main_pid, restarts, since, model_dir, port,
+    and the lock's repo_id, revision, complete.
+  returned: always
+  type: list
 serving: {description: The active ones., returned: always, type: list}
 models: {description: Model directories on disk with revision and completeness., returned: always, type: list}
 last_benchmark: {description: 'The newest benchmark result (path, headline, knee) or null.', returned: always, type: dict}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.host_state import host_state
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.host_state import host_state
 
 
 def main():

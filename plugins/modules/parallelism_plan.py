@@ -15,7 +15,7 @@ description:
     these GPUs, naming the setting; reports by how much the model does not fit.
   - Pure computation; check mode returns the same plan.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   checkpoint:
     description: The C(checkpoint) result of C(checkpoint_inspect).
@@ -45,15 +45,19 @@ options:
     type: bool
     default: true
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Plan the deployment
-  parallelism_plan:
+  modelfleet.fleet.parallelism_plan:
     checkpoint: "{{ __kimi_facts.checkpoint }}"
     gpus: {count: 8, memory_bytes: 103079215104, compute_capability: "12.0", interconnect: pcie}
     profile: "{{ __profile.profile }}"
@@ -69,8 +73,8 @@ plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.planner import plan
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.planner import plan
 
 
 def main():

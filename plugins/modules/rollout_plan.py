@@ -16,7 +16,7 @@ description:
   - A named O(profile) narrows the run to the hosts that declare it; hosts that declare none take it.
   - Pure computation; check mode returns the same plan.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   declared:
     description: Host name to the profile its fleet group declares (null for none), in the order Ansible lists
@@ -44,15 +44,19 @@ options:
     type: int
     default: 0
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Plan the rollout
-  rollout_plan:
+  modelfleet.fleet.rollout_plan:
     declared: {gpu-01: kimi-k2.5-int4, gpu-02: kimi-k2.5-int4, gpu-03: minimax-m2.5}
     rollout: "{{ modelfleet_rollout | default(omit) }}"
   register: __plan
@@ -70,8 +74,8 @@ plan:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.rollout import deploy_plan
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.rollout import deploy_plan
 
 
 def main():

@@ -8,7 +8,7 @@ DOCUMENTATION = r"""
 module: storage_reclaim
 short_description: Free exactly the space a new model needs, under a host-wide lock, keeping the fallback
 description:
-  - Takes a host-wide lock, measures and plans (the same plan as M(disk_plan), computed inside the
+  - Takes a host-wide lock, measures and plans (the same plan as M(modelfleet.fleet.disk_plan), computed inside the
     lock so it cannot be stale), then deletes the planned model directories one by one (completion
     marker first, atomic move to a trash folder, removal) and logs each deletion.
   - O(mode=make_room) deletes only what the shortfall needs. If that includes a fallback path (the
@@ -18,13 +18,13 @@ description:
     verified and is serving), re-checking every guard.
   - Check mode computes the plan and deletes nothing. Diff mode shows the model directories before and after.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   root: {description: The models root., type: path, required: true}
   required_bytes: {description: Bytes the new model needs (make_room)., type: raw, default: 0}
   headroom_bytes: {description: Bytes to keep free beyond the model., type: int, default: 0}
   headroom_percent: {description: Percent of the filesystem to keep free (the larger headroom wins)., type: float, default: 0.0}
-  explicit: {description: Model directories to delete first, in order., type: list, elements: path, default: []}
+  explicit: {description: "Model directories to delete first, in order.", type: list, elements: path, default: []}
   protected: {description: Paths under the root never to delete., type: list, elements: path, default: []}
   in_use: {description: Extra in-use model directories (added to those found from active units)., type: list, elements: path, default: []}
   deploying: {description: Directories of the model being deployed., type: list, elements: path, default: []}
@@ -43,15 +43,19 @@ options:
     type: bool
     default: true
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
     support: full
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Make room for Kimi-K2.5, keeping the NVFP4 fallback if space allows
-  storage_reclaim:
+  modelfleet.fleet.storage_reclaim:
     root: /models
     required_bytes: 595148192736
     headroom_percent: 5
@@ -70,7 +74,7 @@ free_bytes_after: {description: Free bytes measured after deleting., returned: a
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.reclaim import MODES, ReclaimError, reclaim
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.reclaim import MODES, ReclaimError, reclaim
 
 
 def main():

@@ -13,7 +13,7 @@ description:
     none of O(absent) installed). One probe for the vLLM venv (nvidia_env) and the fetch venv (hf_fetch).
   - Reads only; check mode gives the same answer. A venv that does not exist yet is not current.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   python:
     description: The venv's python (for example /opt/modelfleet/vllm/bin/python).
@@ -35,15 +35,19 @@ options:
     elements: str
     default: []
 attributes:
+  platform:
+    platforms: posix
   check_mode:
     support: full
   diff_mode:
     support: none
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Is the vLLM venv already as pinned
-  venv_probe:
+  modelfleet.fleet.venv_probe:
     python: /opt/modelfleet/vllm/bin/python
     pins: ["vllm==0.19.1"]
     absent: [torchvision]
@@ -67,7 +71,7 @@ reasons:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.venv_probe import judge, pin_name, probe
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.venv_probe import judge, pin_name, probe
 
 
 def main():

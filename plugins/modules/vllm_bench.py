@@ -21,23 +21,25 @@ description:
   - Needs aiohttp in the interpreter that runs it (every vLLM venv has it); the role runs it with the vLLM
     venv's python. In check mode nothing is sent and the planned levels are returned.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   endpoint: {description: Which API to stream from., type: str, choices: [completions, chat], default: completions}
   input_len: {description: Prompt tokens per request., type: int, default: 128}
   output_len: {description: Generated tokens per request., type: int, default: 128}
   vocab_size:
-    description: The tokenizer's vocabulary size (len(tokenizer), can be below config.json's vocab_size); when set, completions prompts are random token ids (exact input length).
+    description: >-
+      The tokenizer's vocabulary size (len(tokenizer), can be below config.json's vocab_size); when set, completions
+      prompts are random token ids (exact input length).
     type: int
     default: 0
   max_concurrency: {description: 'Sweep 1, 2, 4, ... up to this.', type: int, default: 16}
   concurrency_levels: {description: Explicit levels (overrides O(max_concurrency))., type: list, elements: int}
   request_rate: {description: Poisson request rate (req/s); 0 = closed loop., type: float, default: 0}
-  per_level: {description: Prompts per point = clamp(concurrency * per_level, min_prompts, max_prompts)., type: int, default: 4}
+  per_level: {description: "Prompts per point = clamp(concurrency * per_level, min_prompts, max_prompts).", type: int, default: 4}
   min_prompts: {description: Fewest prompts per point., type: int, default: 8}
   max_prompts: {description: Most prompts per point., type: int, default: 2000}
   warmup: {description: Warm-up requests before each point (not measured)., type: int, default: 2}
-  processes: {description: Client processes per point (0 = one per 256 streams, at most the CPU count)., type: int, default: 0}
+  processes: {description: "Client processes per point (0 = one per 256 streams, at most the CPU count).", type: int, default: 0}
   kv_tokens_capacity:
     description: KV tokens the server can hold (the planner's kv_tokens_capacity); 0 = read vllm:cache_config_info.
     type: int
@@ -48,21 +50,24 @@ options:
   max_client_cpu_fraction: {description: A client process above this share of a core makes a point invalid., type: float, default: 0.9}
   max_loop_lag_p99_ms: {description: Client event-loop lag p99 above this makes a point invalid., type: float, default: 25}
   seed: {description: Prompt seed., type: int, default: 0}
-  provenance: {description: What the role knows (profile, revision, argv, TP/EP, GPU facts); merged into the result., type: dict, default: {}}
+  provenance: {description: "What the role knows (profile, revision, argv, TP/EP, GPU facts); merged into the result.", type: dict, default: {}}
   server_pid: {description: Main PID of the server; its NCCL_*/VLLM_*/CUDA_* environment (no secrets) goes into provenance., type: int, default: 0}
   result_path: {description: Where to write the result JSON on the host., type: path, required: true}
-  baseline: {description: Stored headline figures to gate against (single_stream_output_tok_s, peak_output_tok_s)., type: dict}
+  baseline: {description: "Stored headline figures to gate against (single_stream_output_tok_s, peak_output_tok_s).", type: dict}
   baseline_tolerance: {description: Allowed shortfall against the baseline., type: float, default: 0.1}
 extends_documentation_fragment:
-  - modelfleet.server
+  - ansible.builtin.action_common_attributes
+  - modelfleet.fleet.modelfleet.server
 attributes:
+  platform:
+    platforms: posix
   check_mode: {support: full}
   diff_mode: {support: none}
 """
 
 EXAMPLES = r"""
 - name: Sweep 1..64
-  vllm_bench:
+  modelfleet.fleet.vllm_bench:
     url: http://127.0.0.1:8000
     served_name: kimi-k2.5
     max_concurrency: 64
@@ -72,9 +77,9 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
-headline: {description: single_stream_output_tok_s, peak_output_tok_s, peak_concurrency., returned: success, type: dict}
-knee: {description: knee_concurrency, plateau_concurrency, cause, summary., returned: success, type: dict}
-headline_text: {description: The headline in one line (figures of invalid points are "not measured", with the reasons)., returned: success, type: str}
+headline: {description: "single_stream_output_tok_s, peak_output_tok_s, peak_concurrency.", returned: success, type: dict}
+knee: {description: "knee_concurrency, plateau_concurrency, cause, summary.", returned: success, type: dict}
+headline_text: {description: "The headline in one line (figures of invalid points are \"not measured\", with the reasons).", returned: success, type: str}
 points: {description: 'Per point - C, output tok/s, median TTFT/TPOT/E2E, valid, reasons.', returned: success, type: list}
 gate: {description: The baseline comparison when a baseline is given., returned: when baseline, type: dict}
 result_path: {description: The JSON written., returned: always, type: str}
@@ -82,8 +87,8 @@ levels: {description: The concurrency levels., returned: always, type: list}
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.arg_specs import SERVER
-from ansible.module_utils.modelfleet.bench_run import BenchRunError, run_benchmark
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.arg_specs import SERVER
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.bench_run import BenchRunError, run_benchmark
 
 
 def main():
@@ -102,7 +107,7 @@ def main():
             "max_prompts": {"type": "int", "default": 2000},
             "warmup": {"type": "int", "default": 2},
             "processes": {"type": "int", "default": 0},
-            "kv_tokens_capacity": {"type": "int", "default": 0},
+            "kv_tokens_capacity": {"type": "int", "default": 0, "no_log": False},
             "goodput_ttft_ms": {"type": "float"},
             "goodput_tpot_ms": {"type": "float"},
             "reconcile_tolerance": {"type": "float", "default": 0.02},

@@ -17,7 +17,7 @@ description:
     the failure.
   - Read-only.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   unit: {description: The systemd unit (for its state and journal)., type: str}
   wait_seconds: {description: How long this call may wait., type: float, default: 15}
@@ -31,15 +31,18 @@ options:
     type: int
     default: 0
 extends_documentation_fragment:
-  - modelfleet.server
+  - ansible.builtin.action_common_attributes
+  - modelfleet.fleet.modelfleet.server
 attributes:
+  platform:
+    platforms: posix
   check_mode: {support: full}
   diff_mode: {support: none}
 """
 
 EXAMPLES = r"""
 - name: Look once
-  vllm_readiness:
+  modelfleet.fleet.vllm_readiness:
     url: http://127.0.0.1:8000
     served_name: kimi-k2.5
     unit: modelfleet-vllm@kimi-k2.5.service
@@ -61,14 +64,19 @@ import subprocess
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.arg_specs import SERVER
-from ansible.module_utils.modelfleet.readiness import UNIT_PROPERTIES, look, restart_count, start_verdict
-from ansible.module_utils.modelfleet.systemd import SystemdError, show_unit
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.arg_specs import SERVER
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.readiness import (
+    UNIT_PROPERTIES,
+    look,
+    restart_count,
+    start_verdict,
+)
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.systemd import SystemdError, show_unit
 
 
 def journal_tail(unit):
     jr = subprocess.run(["journalctl", "-u", unit, "-n", "1", "--no-pager", "-o", "cat"], capture_output=True,
-                        text=True)
+                        text=True, check=False)
     return (jr.stdout.strip().splitlines() or [""])[-1][:300]
 
 
@@ -79,7 +87,7 @@ def main():
             "unit": {"type": "str"},
             "wait_seconds": {"type": "float", "default": 15},
             "prompt": {"type": "str", "default": "Hello"},
-            "max_tokens": {"type": "int", "default": 4},
+            "max_tokens": {"type": "int", "default": 4, "no_log": False},
             "restarts_allowed": {"type": "int", "default": 0},
         },
         supports_check_mode=True,

@@ -14,7 +14,7 @@ description:
     a port outside 1-65535).
   - Pure computation; check mode returns the same.
 version_added: "0.1.0"
-author: modelfleet
+author: modelfleet developers (@modelfleet)
 options:
   python: {description: The venv's python., type: str, required: true}
   model_dir: {description: The complete model directory., type: str, required: true}
@@ -31,7 +31,7 @@ options:
         backslash or '$', so the environment file holds exactly one literal assignment.
     type: str
     default: ""
-  model_bytes: {description: Model size, for the start timeout., type: int, default: 0}
+  model_bytes: {description: "Model size, for the start timeout.", type: int, default: 0}
   load_bytes_per_s: {description: Expected load rate., type: float, default: 1000000000}
   base_seconds: {description: Start-up time besides loading., type: int, default: 180}
   cache_dir:
@@ -55,13 +55,17 @@ options:
     type: dict
     default: {}
 attributes:
+  platform:
+    platforms: posix
   check_mode: {support: full}
   diff_mode: {support: none}
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 """
 
 EXAMPLES = r"""
 - name: Compute the unit
-  vllm_unit:
+  modelfleet.fleet.vllm_unit:
     python: /opt/modelfleet/vllm/bin/python
     model_dir: "{{ hf_fetch_outcome.model_dir }}"
     revision: "{{ hf_fetch_outcome.revision }}"
@@ -71,15 +75,15 @@ EXAMPLES = r"""
 
 RETURN = r"""
 argv: {description: The server command line., returned: success, type: list, elements: str}
-exec_start: {description: argv quoted for systemd, one element per line in the unit., returned: success, type: list, elements: str}
+exec_start: {description: "argv quoted for systemd, one element per line in the unit.", returned: success, type: list, elements: str}
 unit: {description: The unit name., returned: success, type: str}
 unit_path: {description: Where the unit file is installed., returned: success, type: str}
 timeout_start_seconds: {description: TimeoutStartSec and the readiness budget., returned: success, type: int}
 command_line: {description: The command as one shell-readable line (shown in check/diff mode)., returned: success, type: str}
-cache_dir: {description: The writable cache folder, normalised (ReadWritePaths and WorkingDirectory)., returned: success, type: str}
-environment: {description: Every variable the unit sets, in order., returned: success, type: dict}
-environment_lines: {description: The Environment= values, quoted by systemd's rules., returned: success, type: list, elements: str}
-read_only_paths: {description: The ReadOnlyPaths= value (the model folder, quoted by systemd's rules)., returned: success, type: str}
+cache_dir: {description: "The writable cache folder, normalised (ReadWritePaths and WorkingDirectory).", returned: success, type: str}
+environment: {description: "Every variable the unit sets, in order.", returned: success, type: dict}
+environment_lines: {description: "The Environment= values, quoted by systemd's rules.", returned: success, type: list, elements: str}
+read_only_paths: {description: "The ReadOnlyPaths= value (the model folder, quoted by systemd's rules).", returned: success, type: str}
 read_write_paths: {description: The ReadWritePaths= value (the cache folder)., returned: success, type: str}
 ip_address_allow: {description: IPAddressAllow= entries (loopback plus allowed_networks)., returned: success, type: list, elements: str}
 compile_cache_key:
@@ -92,8 +96,8 @@ compile_cache_dirs: {description: The cache folders that hold compiled code (wha
 import shlex
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.vllm_unit import (
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import (
     COMPILE_CACHE_DIRS,
     allowed_networks,
     check_api_key,

@@ -13,7 +13,7 @@ nvidia-smi -q -x > "$o/nvidia-smi-q.xml" 2>&1
 nvidia-smi --query-gpu=$q --format=csv,noheader,nounits > "$o/query-gpu-nounits.csv" 2>&1
 nvidia-smi topo -m > "$o/topo-m.txt" 2>&1
 py=$(command -v python3)
-facts() { python3 -m ansible adhoc localhost -c local -i localhost, -m gpu_facts -a "prefer_nvml=$1" \
+facts() { python3 -m ansible adhoc localhost -c local -i localhost, -m modelfleet.fleet.gpu_facts -a "prefer_nvml=$1" \
   -e ansible_python_interpreter=$py 2>&1; }
 facts true > "$o/gpu_facts-nvml-idle.json"
 facts false > "$o/gpu_facts-smi-idle.json"

@@ -7,14 +7,10 @@ import argparse
 import json
 import sys
 
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+
 from modelfleet import __version__
-from modelfleet._paths import import_module_utils
-
-import_module_utils()
-
-from ansible.module_utils.modelfleet.errors import ModelfleetError  # noqa: E402
-
-from modelfleet.runner import InventoryError  # noqa: E402
+from modelfleet.runner import InventoryError
 
 
 def _emit(data: dict, as_json: bool, human) -> None:
@@ -25,7 +21,7 @@ def _emit(data: dict, as_json: bool, human) -> None:
 
 
 def cmd_inspect(a) -> int:
-    from ansible.module_utils.modelfleet.sizes import fmt_bytes
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import fmt_bytes
 
     facts = _inspect_source(a.source, a.revision, a.endpoint)
     if not a.files:
@@ -55,7 +51,10 @@ def cmd_inspect(a) -> int:
 def _inspect_source(source: str, revision: str | None, endpoint: str | None) -> dict:
     import os
 
-    from ansible.module_utils.modelfleet.checkpoint import inspect_hub, inspect_local
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import (
+        inspect_hub,
+        inspect_local,
+    )
 
     if os.path.isdir(source) or source.startswith(("/", ".", "~")) or os.path.exists(source):
         return inspect_local(source, revision=revision)
@@ -65,17 +64,17 @@ def _inspect_source(source: str, revision: str | None, endpoint: str | None) -> 
 
 
 def cmd_plan(a) -> int:
-    from ansible.module_utils.modelfleet.planner import plan
-    from ansible.module_utils.modelfleet.profiles import load_profile
-    from ansible.module_utils.modelfleet.sizes import GiB, fmt_bytes
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.planner import plan
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.profiles import load_profile
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import GiB, fmt_bytes
 
-    from modelfleet._paths import PROFILES_DIR
+    from modelfleet.collection import profiles_dir
 
     if a.gpus < 1:
         raise ModelfleetError(f"--gpus must be >= 1, got {a.gpus}")
     if not 0 < a.gpu_memory_gib < 1e6:  # also NaN and infinities
         raise ModelfleetError(f"--gpu-memory-gib must be a number of GiB > 0 (e.g. 96), got {a.gpu_memory_gib}")
-    profile = load_profile(a.profile, str(PROFILES_DIR)) if a.profile else None
+    profile = load_profile(a.profile, str(profiles_dir())) if a.profile else None
     facts = _inspect_source(a.source, a.revision, a.endpoint)
     gpus = {"count": a.gpus, "memory_bytes": int(a.gpu_memory_gib * GiB), "interconnect": a.interconnect,
             "compute_capability": a.compute_capability}
@@ -104,8 +103,8 @@ def cmd_plan(a) -> int:
 
 
 def cmd_plan_disk(a) -> int:
-    from ansible.module_utils.modelfleet.disk import plan_host
-    from ansible.module_utils.modelfleet.sizes import fmt_bytes, parse_size
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.disk import plan_host
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import fmt_bytes, parse_size
 
     try:
         need = parse_size(a.need_bytes)
@@ -182,7 +181,7 @@ def _api_key(a) -> str:
     """The benchmark's API key from --api-key-file (owner-only mode, one line) or MODELFLEET_API_KEY."""
     import os
 
-    from ansible.module_utils.modelfleet.secrets import read_secret_file
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.secrets import read_secret_file
 
     if a.api_key_file:
         return read_secret_file(a.api_key_file, "--api-key-file")
@@ -193,7 +192,7 @@ def cmd_bench(a) -> int:
     import time
     from pathlib import Path
 
-    from ansible.module_utils.modelfleet import bench, bench_client
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench, bench_client
 
     from modelfleet import report
 
@@ -407,9 +406,14 @@ def cmd_fleet_bench(a) -> int:
 def cmd_demo(a) -> int:
     import subprocess
 
-    from modelfleet._paths import REPO_ROOT
+    from modelfleet.collection import checkout
 
-    return subprocess.call([str(REPO_ROOT / "scripts" / "demo.sh"), *a.args])
+    repo = checkout()
+    if repo is None:
+        print("modelfleet demo: the demo runs from a git checkout (it builds the local fleet's containers): "
+              "git clone the project and run scripts/demo.sh there", file=sys.stderr)
+        return 2
+    return subprocess.call([str(repo / "scripts" / "demo.sh"), *a.args])
 
 
 def build_parser() -> argparse.ArgumentParser:

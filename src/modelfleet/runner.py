@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime
 from pathlib import Path
 
-from modelfleet._paths import PLAYBOOKS_DIR, REPO_ROOT, import_module_utils
+from modelfleet import collection
 
 PHASES = {"storage_cleanup": "cleanup", "hf_fetch": "fetch", "nvidia_env": "environment",
           "vllm_service": "serve", "benchmark": "benchmark", "smoke_service": "smoke"}
@@ -37,8 +37,9 @@ KEPT_FACTS = ("modelfleet_rollout_plan",)
 def state_dir() -> Path:
     """$MODELFLEET_STATE_DIR, else ~/.local/state/modelfleet (the one rule: controller_paths.state_dir, which the
     playbooks reach through the state_dir lookup)."""
-    import_module_utils()
-    from ansible.module_utils.modelfleet.controller_paths import state_dir as _state_dir
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.controller_paths import (
+        state_dir as _state_dir,
+    )
 
     return Path(_state_dir())
 
@@ -230,20 +231,20 @@ def inventory_hosts(inventory: str | None, limit: str | None = None) -> list[str
     """The hosts a run would target, read by Ansible itself with unparsed inventories made fatal, so a fleet
     file that fails validation is an error naming file:line: field: message, never a warning followed by a
     run on no host. A limit that matches nothing names the pattern and the hosts there are."""
-    env = dict(os.environ, ANSIBLE_CONFIG=str(REPO_ROOT / "ansible.cfg"), ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
+    env = dict(os.environ, ANSIBLE_CONFIG=str(collection.ansible_cfg()), ANSIBLE_INVENTORY_UNPARSED_FAILED="1",
                ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED="1", ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
 
     def listing(pattern_limit):
         cmd = ["ansible", "all", "--list-hosts"] + (["-i", inventory] if inventory else [])
         if pattern_limit:
             cmd += ["--limit", pattern_limit]
-        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO_ROOT)
+        r = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=collection.root())
         hosts = [h.strip() for h in r.stdout.splitlines()[1:] if h.strip()] if "hosts (" in r.stdout else []
         return r, hosts
 
     r, hosts = listing(limit)
     text = r.stderr + r.stdout
-    m = re.search(r"Failed to parse inventory with 'fleet' plugin: (.+)", text)
+    m = re.search(r"Failed to parse inventory with '(?:modelfleet\.fleet\.)?fleet' plugin: (.+)", text)
     if m:
         raise InventoryError(f"fleet file does not validate: {m.group(1).strip()} (fix the fleet file; nothing ran)")
     if "Completely failed to parse inventory" in text or ("Unable to parse" in text and r.returncode != 0):
@@ -265,10 +266,11 @@ def run_playbook(playbook: str, inventory: str | None = None, limit: str | None 
     import ansible_runner
 
     pb = Path(playbook)
+    playbooks = collection.playbooks_dir()
     if not pb.is_absolute():
-        pb = (PLAYBOOKS_DIR / playbook) if (PLAYBOOKS_DIR / playbook).exists() else (Path.cwd() / playbook)
+        pb = (playbooks / playbook) if (playbooks / playbook).exists() else (Path.cwd() / playbook)
     if not pb.exists():
-        raise FileNotFoundError(f"playbook {playbook} not found (looked in {PLAYBOOKS_DIR})")
+        raise FileNotFoundError(f"playbook {playbook} not found (looked in {playbooks})")
     inv = Path(inventory).resolve() if inventory else None
     if inv is not None and not inv.exists():
         raise FileNotFoundError(f"inventory {inventory} not found")
@@ -282,12 +284,12 @@ def run_playbook(playbook: str, inventory: str | None = None, limit: str | None 
         cmdline += ["--check", "--diff"]
     if tags:
         cmdline += ["--tags", tags]
-    env = {"ANSIBLE_CONFIG": str(REPO_ROOT / "ansible.cfg"), "MODELFLEET_RUN_DIR": str(run_dir),
+    env = {"ANSIBLE_CONFIG": str(collection.ansible_cfg()), "MODELFLEET_RUN_DIR": str(run_dir),
            "ANSIBLE_FORCE_COLOR": "0", "ANSIBLE_INVENTORY_UNPARSED_FAILED": "1",
            "ANSIBLE_INVENTORY_ANY_UNPARSED_IS_FAILED": "1"}
     started = time.time()
     try:
-        r = ansible_runner.run(private_data_dir=str(run_dir), project_dir=str(REPO_ROOT), playbook=str(pb),
+        r = ansible_runner.run(private_data_dir=str(run_dir), project_dir=str(collection.root()), playbook=str(pb),
                                inventory=str(inv) if inv else None, limit=limit, extravars=extravars or {},
                                cmdline=" ".join(cmdline) or None, envvars=env, ident=run_id, quiet=quiet,
                                event_handler=tracker, settings={"suppress_ansible_output": quiet})

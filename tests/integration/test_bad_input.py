@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from ansible.module_utils.modelfleet import fleet, profiles, vllm_unit
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.safetensors_header import encode_header
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import profiles, vllm_unit
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.safetensors_header import encode_header
+from ansible_collections.modelfleet.fleet.plugins.plugin_utils import fleet
 
 from tests.fs_snapshot import snapshot
 
@@ -281,9 +282,8 @@ def test_module(tmp_path, name, args, needles):
     argf = tmp_path.parent / f"{tmp_path.name}-args.json"
     argf.write_text(json.dumps({"ANSIBLE_MODULE_ARGS": _module_args(args, s)}))
     before = snapshot(tmp_path)
-    code = ("import sys, runpy; sys.path.insert(0, {src!r}); from modelfleet._paths import import_module_utils; "
-            "import_module_utils(); sys.argv = ['m', {argf!r}]; runpy.run_path({mod!r}, run_name='__main__')"
-            ).format(src=str(ROOT / "src"), argf=str(argf), mod=str(ROOT / "plugins" / "modules" / f"{name}.py"))
+    code = ("import sys, runpy; sys.argv = ['m', {argf!r}]; runpy.run_path({mod!r}, run_name='__main__')"
+            ).format(argf=str(argf), mod=str(ROOT / "plugins" / "modules" / f"{name}.py"))
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert r.returncode == 1, (r.stdout[-800:], r.stderr[-800:])
     res = json.loads(r.stdout)
@@ -295,7 +295,7 @@ def test_module(tmp_path, name, args, needles):
 
 # --------------------------------------------------------------------------------------------- fleet files
 BASE = """\
-plugin: fleet
+plugin: modelfleet.fleet.fleet
 groups:
   g:
     profile: tiny-llama

@@ -13,7 +13,7 @@ import subprocess
 import sys
 
 import pytest
-from ansible.module_utils.modelfleet.rollout import deploy_plan
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.rollout import deploy_plan
 
 from tests.conftest import ROOT
 
@@ -55,7 +55,7 @@ PLAYBOOK = f"""
 
     - name: The gate
       ansible.builtin.import_role:
-        name: modelfleet_deploy
+        name: modelfleet.fleet.modelfleet_deploy
         tasks_from: batch_gate
 
 - name: Run summary (deploy_model.yml's last play; the run's exit status comes from it)

@@ -14,7 +14,7 @@ import threading
 import time
 
 import pytest
-from ansible.module_utils.modelfleet import bench, bench_client
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench, bench_client
 
 from modelfleet.harness.servers import client_cpus
 

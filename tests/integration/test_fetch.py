@@ -12,7 +12,7 @@ import sys
 import time
 
 import pytest
-from ansible.module_utils.modelfleet.fetch import model_paths, verify_entry
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import model_paths, verify_entry
 
 from modelfleet.harness.servers import hub_reset, hub_stats
 from tests.conftest import ROOT, TINY_REPO
@@ -24,7 +24,8 @@ def ansible_module(name: str, args: dict, check=False, popen=False):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1", HF_HUB_DISABLE_TELEMETRY="1")
     env.pop("HF_TOKEN", None)
-    cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", name, "-a", json.dumps(args),
+    cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", f"modelfleet.fleet.{name}",
+           "-a", json.dumps(args),
            "-e", f"ansible_python_interpreter={sys.executable}"] + (["--check"] if check else [])
     if popen:
         return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

@@ -15,7 +15,7 @@ PLAY = """
   gather_facts: false
   tasks:
     - ansible.builtin.include_role:
-        name: hf_fetch
+        name: modelfleet.fleet.hf_fetch
       vars:
         hf_fetch_repo_id: {repo}
         hf_fetch_revision: {rev}
@@ -32,7 +32,8 @@ PLAY = """
 def _module(name, args):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
-    r = subprocess.run(["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", name, "-a", json.dumps(args),
+    r = subprocess.run(["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", f"modelfleet.fleet.{name}",
+                        "-a", json.dumps(args),
                         "-e", f"ansible_python_interpreter={sys.executable}"], capture_output=True, text=True,
                        cwd=ROOT, env=env)
     assert r.returncode == 0, r.stdout[-2000:]

@@ -11,7 +11,10 @@ import sys
 import time
 
 import pytest
-from ansible.module_utils.modelfleet.hygiene import parse_proc_net_tcp, port_holders
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.hygiene import (
+    parse_proc_net_tcp,
+    port_holders,
+)
 
 from modelfleet.harness.servers import free_port
 from tests.conftest import ROOT
@@ -42,7 +45,8 @@ def stray(request):
 def hygiene(args):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
-    r = subprocess.run(["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", "gpu_port_hygiene",
+    r = subprocess.run(["ansible", "localhost", "-c", "local", "-i", "localhost,",
+                        "-m", "modelfleet.fleet.gpu_port_hygiene",
                         "-a", json.dumps(args), "-e", f"ansible_python_interpreter={sys.executable}"],
                        capture_output=True, text=True, cwd=ROOT, env=env)
     return r.returncode, json.loads(r.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
@@ -71,7 +75,7 @@ def test_stray_is_reported_and_left_alone_by_default(stray):
 
 def test_allowed_unit_is_not_a_stray(stray):
     port, p = stray
-    from ansible.module_utils.modelfleet.hygiene import classify_holders, describe
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.hygiene import classify_holders, describe
 
     d = describe(p.pid)
     assert classify_holders([d], [d["unit"]] if d["unit"] else [], set()) == ([] if d["unit"] else [d])

@@ -6,8 +6,8 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from ansible.module_utils.modelfleet.checkpoint import inspect_hub, inspect_local
-from ansible.module_utils.modelfleet.errors import CheckpointError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import inspect_hub, inspect_local
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import CheckpointError
 
 from tests.conftest import TINY_REPO
 
@@ -61,7 +61,8 @@ def test_module_through_ansible(hub, tiny_model, tmp_path):
 
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
-    r = subprocess.run(["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", "checkpoint_inspect",
+    r = subprocess.run(["ansible", "localhost", "-c", "local", "-i", "localhost,",
+                        "-m", "modelfleet.fleet.checkpoint_inspect",
                         "-a", f"repo_id={TINY_REPO} revision=v1 endpoint={hub.url}",
                         "-e", f"ansible_python_interpreter={sys.executable}"],
                        capture_output=True, text=True, cwd=ROOT, env=env)
@@ -69,7 +70,8 @@ def test_module_through_ansible(hub, tiny_model, tmp_path):
     out = json.loads(r.stdout)
     facts = out["plays"][0]["tasks"][0]["hosts"]["localhost"]["checkpoint"]
     assert facts["revision"] == hub.extra["repos"][TINY_REPO]["tag_v1"]
-    r = subprocess.run(["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", "checkpoint_inspect",
+    r = subprocess.run(["ansible", "localhost", "-c", "local", "-i", "localhost,",
+                        "-m", "modelfleet.fleet.checkpoint_inspect",
                         "-a", f"path={tmp_path}", "-e", f"ansible_python_interpreter={sys.executable}"],
                        capture_output=True, text=True, cwd=ROOT, env=env)
     assert r.returncode != 0 and "no config.json" in r.stdout

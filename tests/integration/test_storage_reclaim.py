@@ -17,7 +17,7 @@ from tests.conftest import ROOT
 def run_module(args: dict, check: bool = False) -> tuple[int, dict]:
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1")
-    cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", "storage_reclaim",
+    cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", "modelfleet.fleet.storage_reclaim",
            "-a", json.dumps(args), "-e", f"ansible_python_interpreter={sys.executable}"]
     if check:
         cmd.append("--check")

@@ -13,15 +13,15 @@ import sys
 import time
 
 import pytest
-from ansible.module_utils.modelfleet import in_use as in_use_mod
-from ansible.module_utils.modelfleet.disk import (
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import in_use as in_use_mod
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.disk import (
     check_models_root,
     delete_model_dir,
     list_model_dirs,
     model_evidence,
     plan_host,
 )
-from ansible.module_utils.modelfleet.errors import DiskPlanError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import DiskPlanError
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

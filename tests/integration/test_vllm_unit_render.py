@@ -58,8 +58,11 @@ def test_rendered_unit_verifies_and_is_hardened(tmp_path, devices):
 def test_rendered_unit_points_every_cache_into_its_writable_folder(tmp_path, devices):
     """Issue 27: every cache variable vLLM and its kernel libraries read is set by the rendered unit and lies in
     a ReadWritePaths entry (the only writable place under ProtectSystem=strict and ProtectHome=yes)."""
-    from ansible.module_utils.modelfleet import unit_file
-    from ansible.module_utils.modelfleet.vllm_unit import CACHE_ENVIRONMENT, cache_problems
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import unit_file
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import (
+        CACHE_ENVIRONMENT,
+        cache_problems,
+    )
 
     text = render(tmp_path, devices)
     assert unit_file.last(text, "ProtectSystem") == "strict" and unit_file.last(text, "ProtectHome") == "yes"

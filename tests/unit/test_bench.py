@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.modelfleet import bench
-from ansible.module_utils.modelfleet.bench import BenchError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.bench import BenchError
 
 
 def rec(start, ttft, gaps, n=None, prompt=10, error=""):

@@ -7,8 +7,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils.modelfleet import bench
-from ansible.module_utils.modelfleet.bench_run import BenchRunError, run_benchmark, server_environment
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.bench_run import (
+    BenchRunError,
+    run_benchmark,
+    server_environment,
+)
 
 pytest.importorskip("aiohttp")  # bench_client's dependency (the project venv has it)
 

@@ -10,9 +10,9 @@ import subprocess
 import sys
 
 import pytest
-from ansible.module_utils.modelfleet.checkpoint import config_facts, inspect_local
-from ansible.module_utils.modelfleet.errors import CheckpointError
-from ansible.module_utils.modelfleet.safetensors_header import encode_header
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import config_facts, inspect_local
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import CheckpointError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.safetensors_header import encode_header
 
 from tests.conftest import FIXTURES, ROOT
 
@@ -63,7 +63,6 @@ def test_kimi_inspection_reads_only_headers(kimi_synthetic):
     """A traced run: the bytes read from the shards are exactly the header bytes."""
     code = (
         "import os, sys; sys.path.insert(0, {!r})\n"
-        "from modelfleet._paths import import_module_utils; import_module_utils()\n"
         "total = 0\n"
         "real_fdopen = os.fdopen\n"
         "def counted(fd, mode='r', *a, **k):\n"  # shards are opened as descriptors (open_regular)
@@ -76,7 +75,7 @@ def test_kimi_inspection_reads_only_headers(kimi_synthetic):
         "        f.read = read\n"
         "    return f\n"
         "os.fdopen = counted\n"
-        "from ansible.module_utils.modelfleet.checkpoint import inspect_local\n"
+        "from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import inspect_local\n"
         "f = inspect_local({!r})\n"
         "print(total, f['shard_bytes'] - f['tensor_bytes'])\n"
     ).format(str(ROOT / "src"), str(kimi_synthetic))

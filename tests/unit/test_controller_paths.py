@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.modelfleet.controller_paths import state_dir
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.controller_paths import state_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -30,7 +30,8 @@ def test_the_playbooks_lookup_and_the_runner_agree(env, tmp_path):
     out = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m",
          "ansible.builtin.debug", "-a",
-         "msg={{ [lookup('state_dir'), lookup('state_dir', 'compile-cache')] | to_json }}"],
+         "msg={{ [lookup('modelfleet.fleet.state_dir'), lookup('modelfleet.fleet.state_dir', 'compile-cache')]"
+         " | to_json }}"],
         capture_output=True, text=True, env=full, cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stdout + out.stderr
     got = json.loads(json.loads(out.stdout.split("=>", 1)[1])["msg"])
@@ -43,7 +44,7 @@ def test_the_playbooks_lookup_and_the_runner_agree(env, tmp_path):
 def test_the_lookup_refuses_a_path_that_leaves_the_folder():
     out = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m",
-         "ansible.builtin.debug", "-a", "msg={{ lookup('state_dir', '../etc') }}"],
+         "ansible.builtin.debug", "-a", "msg={{ lookup('modelfleet.fleet.state_dir', '../etc') }}"],
         capture_output=True, text=True, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, cwd=ROOT,
         timeout=120)
     assert out.returncode != 0 and "is not a relative path under the state folder" in out.stdout + out.stderr
@@ -52,13 +53,14 @@ def test_the_lookup_refuses_a_path_that_leaves_the_folder():
 def test_the_model_paths_lookup_is_the_layout_hf_lock_returns():
     """Playbooks that know a repo and commit but did not call hf_lock (a local source, the plan, the relay) get
     the model's folders from the same function (fetch.model_paths); a revision that is not a commit is refused."""
-    from ansible.module_utils.modelfleet.fetch import model_paths
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import model_paths
 
     rev = "0123456789abcdef0123456789abcdef01234567"
     out = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m",
          "ansible.builtin.debug", "-a",
-         "msg={{ lookup('model_paths', 'moonshotai/Kimi-K2.5', '" + rev + "', root='/srv/models') | to_json }}"],
+         "msg={{ lookup('modelfleet.fleet.model_paths', 'moonshotai/Kimi-K2.5', '" + rev + "', root='/srv/models')"
+         " | to_json }}"],
         capture_output=True, text=True,
         env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"},
         cwd=ROOT, timeout=120)
@@ -68,7 +70,8 @@ def test_the_model_paths_lookup_is_the_layout_hf_lock_returns():
     assert got["final"] == "/srv/models/moonshotai--Kimi-K2.5/" + rev
     bad = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m",
-         "ansible.builtin.debug", "-a", "msg={{ lookup('model_paths', 'moonshotai/Kimi-K2.5', 'main', root='/m') }}"],
+         "ansible.builtin.debug", "-a",
+         "msg={{ lookup('modelfleet.fleet.model_paths', 'moonshotai/Kimi-K2.5', 'main', root='/m') }}"],
         capture_output=True, text=True, env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg")}, cwd=ROOT,
         timeout=120)
     assert bad.returncode != 0 and "model_paths: revision 'main' is not a 40-hex commit" in bad.stdout + bad.stderr

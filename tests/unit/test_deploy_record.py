@@ -12,7 +12,7 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.modelfleet import deploy_record as dr
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import deploy_record as dr
 
 ROOT = Path(__file__).resolve().parents[2]
 UNIT = "modelfleet-vllm@tiny.service"
@@ -214,7 +214,8 @@ def test_the_playbooks_filter_is_the_same_digest():
               "variables": {"vllm_service_port": 8000, "vllm_service_outcome": {"x": 1}}}
     out = subprocess.run(
         [str(Path(sys.executable).parent / "ansible"), "localhost", "-i", "localhost,", "-c", "local", "-m",
-         "ansible.builtin.debug", "-a", json.dumps({"msg": "{{ " + json.dumps(inputs) + " | deploy_inputs_digest }}"})],
+         "ansible.builtin.debug", "-a",
+         json.dumps({"msg": "{{ " + json.dumps(inputs) + " | modelfleet.fleet.deploy_inputs_digest }}"})],
         capture_output=True, text=True, cwd=ROOT, timeout=120,
         env={**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_CALLBACK_RESULT_FORMAT": "json"})
     assert out.returncode == 0, out.stdout + out.stderr

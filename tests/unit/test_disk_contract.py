@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from ansible.module_utils.modelfleet import disk
-from ansible.module_utils.modelfleet.disk import (
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import disk
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.disk import (
     COMPLETE,
     LAST_USED,
     MARKER_DIR,
@@ -20,7 +20,7 @@ from ansible.module_utils.modelfleet.disk import (
     plan_disk,
     plan_host,
 )
-from ansible.module_utils.modelfleet.sizes import GB, both_units
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import GB, both_units
 
 
 def cand(name, gb, last_used, **kw):
@@ -250,7 +250,7 @@ def test_measure_fs_takes_the_zfs_datasets_available_space(tmp_path):
 
     def zfs(argv, **kw):
         calls.append(argv)
-        assert kw == {"capture_output": True, "text": True}
+        assert kw == {"capture_output": True, "text": True, "check": False}
         # `zfs get -Hp -o value available,used DATASET` prints one value per line
         return type("R", (), {"returncode": 0, "stdout": "1000\n250\n", "stderr": ""})()
 
@@ -394,9 +394,9 @@ def test_host_lock_names_its_holder_and_releases(tmp_path):
     import sys
 
     lock = str(tmp_path / "storage.lock")
-    probe = ("import sys\nfrom modelfleet._paths import import_module_utils\nimport_module_utils()\n"
-             "from ansible.module_utils.modelfleet.disk import HostLock\n"
-             "from ansible.module_utils.modelfleet.errors import DiskPlanError\n"
+    probe = ("import sys\n"
+             "from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.disk import HostLock\n"
+             "from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import DiskPlanError\n"
              "try:\n    HostLock(sys.argv[1], 'second', float(sys.argv[2])).__enter__()\n    print('TOOK')\n"
              "except DiskPlanError as e:\n    print(e)\n")
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 import os
 
 import pytest
-from ansible.module_utils.modelfleet.disk import (
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.disk import (
     check_models_root,
     delete_model_dir,
     model_evidence,
     plan_disk,
 )
-from ansible.module_utils.modelfleet.errors import DiskPlanError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import DiskPlanError
 
 REV = "a" * 40
 

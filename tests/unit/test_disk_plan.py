@@ -7,14 +7,14 @@ import os
 import posixpath
 
 import pytest
-from ansible.module_utils.modelfleet.disk import (
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.disk import (
     dir_usage,
     list_model_dirs,
     measure_fs,
     plan_disk,
 )
-from ansible.module_utils.modelfleet.errors import DiskPlanError
-from ansible.module_utils.modelfleet.sizes import GB
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import DiskPlanError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import GB
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

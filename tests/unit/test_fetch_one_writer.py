@@ -10,7 +10,12 @@ import signal
 import time
 
 import pytest
-from ansible.module_utils.modelfleet.fetch import FetchError, ModelWriteLock, _die_with_parent, model_paths
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import (
+    FetchError,
+    ModelWriteLock,
+    _die_with_parent,
+    model_paths,
+)
 
 COMMIT = "57acd6fa976d1848528c6ee94458c99f479b17bf"
 

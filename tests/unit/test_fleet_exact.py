@@ -10,13 +10,13 @@ from __future__ import annotations
 import textwrap
 
 import pytest
-from ansible.module_utils.modelfleet import fleet
-from ansible.module_utils.modelfleet.fleet import FleetError
+from ansible_collections.modelfleet.fleet.plugins.plugin_utils import fleet
+from ansible_collections.modelfleet.fleet.plugins.plugin_utils.fleet import FleetError
 
 PROFILES = {"tiny-llama", "tiny-llama-b", "kimi-k2.5-int4"}
 
 LAYERED = """\
-plugin: modelfleet.fleet
+plugin: modelfleet.fleet.fleet
 models_root: /srv/models
 profile: tiny-llama
 gpu: {kind: h200, count: 8, memory_gib: 141}
@@ -178,7 +178,7 @@ EXACT = [
     ("port zero", ONE.replace("a: {}", "a: {port: 0}"),
      "e.yml:6: groups.g.hosts.a.port: port must be 1-65535, got 0"),
     ("plugin missing", None,
-     "e.yml:1: plugin: must be 'fleet' (the modelfleet fleet inventory plugin)"),
+     "e.yml:1: plugin: must be 'modelfleet.fleet.fleet' (or its short name 'fleet')"),
     ("mfp negative", ONE + "rollout: {max_fail_percentage: -1}\n",
      "e.yml:7: rollout.max_fail_percentage: must be 0-100, got -1"),
     ("mfp bool", ONE + "rollout: {max_fail_percentage: true}\n",
@@ -330,13 +330,13 @@ def test_models_root_is_checked_as_spelled_not_resolved_on_the_controller(tmp_pa
 def test_an_empty_file_points_at_the_file():
     with pytest.raises(FleetError) as e:
         fleet.parse("", "empty.yml", None)
-    assert str(e.value) == "empty.yml: plugin: must be 'fleet' (the modelfleet fleet inventory plugin)"
+    assert str(e.value) == "empty.yml: plugin: must be 'modelfleet.fleet.fleet' (or its short name 'fleet')"
 
 
 def test_a_text_without_a_source_is_called_fleet():
     with pytest.raises(FleetError) as e:
         fleet.parse("plugin: x\n")
-    assert str(e.value) == "<fleet>:1: plugin: must be 'fleet' (the modelfleet fleet inventory plugin)"
+    assert str(e.value) == "<fleet>:1: plugin: must be 'modelfleet.fleet.fleet' (or its short name 'fleet')"
 
 
 def test_messages_that_list_several_names():

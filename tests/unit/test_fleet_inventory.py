@@ -11,15 +11,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from ansible.module_utils.modelfleet import fleet
-from ansible.module_utils.modelfleet.fleet import FleetError
+from ansible_collections.modelfleet.fleet.plugins.plugin_utils import fleet
+from ansible_collections.modelfleet.fleet.plugins.plugin_utils.fleet import FleetError
 
 ROOT = Path(__file__).resolve().parents[2]
 PROFILES = {p.stem for p in (ROOT / "profiles").glob("*.yml")}
 ANSIBLE_INVENTORY = str(Path(sys.executable).with_name("ansible-inventory"))
 
 GOOD = """\
-plugin: fleet
+plugin: modelfleet.fleet.fleet
 models_root: /models
 connection: {ansible_connection: ssh, ansible_user: root}
 vars: {modelfleet_note: fleet}
@@ -141,7 +141,7 @@ def test_bad_fleet_files(body, pattern):
 
 
 def test_wrong_plugin_name():
-    with pytest.raises(FleetError, match=r"plugin: must be 'fleet'"):
+    with pytest.raises(FleetError, match=r"plugin: must be 'modelfleet.fleet.fleet'"):
         fleet.parse("plugin: yaml\n" + ONE, "x.fleet.yml", PROFILES)
 
 

@@ -8,7 +8,7 @@ import subprocess
 import sys
 import time
 
-from ansible.module_utils.modelfleet import flock
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import flock
 
 
 def test_second_taker_is_refused_with_the_holders_text(tmp_path):

@@ -5,9 +5,9 @@ with its upper bounds (the Jinja check it replaces only looked at `>=`)."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.modelfleet.errors import PlanError
-from ansible.module_utils.modelfleet.gates import GateError, environment_problems
-from ansible.module_utils.modelfleet.planner import sm120_fp8_kv_problem
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import PlanError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.gates import GateError, environment_problems
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.planner import sm120_fp8_kv_problem
 
 RTX = {"gpu_count": 8, "driver_version": "580.95.05", "compute_capabilities": ["12.0"], "reason": ""}
 H200 = {"gpu_count": 8, "driver_version": "580.159.04", "compute_capabilities": ["9.0"], "reason": ""}

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils.modelfleet.errors import GpuFactsError
-from ansible.module_utils.modelfleet.gpu import (
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import GpuFactsError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.gpu import (
     collect,
     parse_query_csv,
     parse_smi_xml,
@@ -105,7 +105,7 @@ def test_no_gpu_on_this_machine():
 
 
 def test_planner_takes_gpu_facts_as_they_are():
-    from ansible.module_utils.modelfleet.planner import gpus_from_facts
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.planner import gpus_from_facts
 
     g = gpus_from_facts(_facts("gpu_facts-nvml-idle.json"))
     assert g == {"count": 1, "memory_bytes": 150754820096, "compute_capability": "9.0", "interconnect": "single"}

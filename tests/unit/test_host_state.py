@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.modelfleet.host_state import model_from_exec_start
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.host_state import model_from_exec_start
 
 
 @pytest.mark.parametrize("exec_start,model", [

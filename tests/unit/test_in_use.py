@@ -10,8 +10,8 @@ import os
 import subprocess
 
 import pytest
-from ansible.module_utils.modelfleet import in_use as iu
-from ansible.module_utils.modelfleet.errors import DiskPlanError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import in_use as iu
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import DiskPlanError
 
 LIST_ARGV = ["systemctl", "list-units", "--type=service", "--all", "--no-legend", "--plain", "--no-pager"]
 

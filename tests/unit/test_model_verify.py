@@ -8,8 +8,8 @@ import hashlib
 import os
 
 import pytest
-from ansible.module_utils.modelfleet.fetch import is_complete, model_paths
-from ansible.module_utils.modelfleet.model_verify import VerifyError, verify_model
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import is_complete, model_paths
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.model_verify import VerifyError, verify_model
 
 REV = "c" * 40
 FILES = {"config.json": b'{"a": 1}', "w.safetensors": os.urandom(4096)}

@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from ansible.module_utils.modelfleet.checkpoint import config_facts, inspect_local
-from ansible.module_utils.modelfleet.errors import PlanError
-from ansible.module_utils.modelfleet.planner import expert_tp_problem, kv_bytes_per_token, plan
-from ansible.module_utils.modelfleet.sizes import GiB
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import config_facts, inspect_local
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import PlanError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.planner import (
+    expert_tp_problem,
+    kv_bytes_per_token,
+    plan,
+)
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import GiB
 
 from tests.conftest import FIXTURES
 

@@ -6,8 +6,12 @@ import copy
 
 import pytest
 import yaml
-from ansible.module_utils.modelfleet.errors import ProfileError
-from ansible.module_utils.modelfleet.profiles import load_profile, validate_profile, version_satisfies
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ProfileError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.profiles import (
+    load_profile,
+    validate_profile,
+    version_satisfies,
+)
 
 from tests.conftest import ROOT
 

@@ -4,7 +4,7 @@ not after Restart= has repeated it up to the start limit; a unit found running j
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.modelfleet.readiness import start_verdict
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.readiness import start_verdict
 
 STARTING = {"ActiveState": "activating", "SubState": "start", "NRestarts": "0", "Result": "success",
             "ExecMainCode": "0", "ExecMainStatus": "0"}

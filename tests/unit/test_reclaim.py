@@ -8,7 +8,7 @@ import json
 import os
 
 import pytest
-from ansible.module_utils.modelfleet.reclaim import ReclaimError, reclaim
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.reclaim import ReclaimError, reclaim
 
 
 @pytest.fixture

@@ -4,8 +4,7 @@ canary-less fleet and Ansible's rule for `serial`."""
 from __future__ import annotations
 
 import pytest
-from ansible.module_utils.modelfleet import fleet
-from ansible.module_utils.modelfleet.rollout import (
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.rollout import (
     RolloutError,
     batch_size,
     deploy_plan,
@@ -14,9 +13,10 @@ from ansible.module_utils.modelfleet.rollout import (
     tolerated_failures,
     wave_plan,
 )
+from ansible_collections.modelfleet.fleet.plugins.plugin_utils import fleet
 
 MIXED = """\
-plugin: fleet
+plugin: modelfleet.fleet.fleet
 groups:
   a:
     profile: tiny-llama

@@ -10,8 +10,12 @@ import json
 import os
 
 import pytest
-from ansible.module_utils.modelfleet.fetch import FetchError, is_complete, model_paths
-from ansible.module_utils.modelfleet.snapshot import fetch_snapshot
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import (
+    FetchError,
+    is_complete,
+    model_paths,
+)
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.snapshot import fetch_snapshot
 
 REV = "d" * 40
 FILES = {"config.json": b'{"a": 1}', "w.safetensors": os.urandom(8192)}
@@ -68,7 +72,7 @@ def test_an_unknown_verify_level_is_refused(tmp_path):
 
 
 def test_the_final_files_owner_is_looked_up_once_for_both_modules():
-    from ansible.module_utils.modelfleet.fetch import owner_ids
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import owner_ids
 
     assert owner_ids("root", "root") == (0, 0)
     with pytest.raises(FetchError) as e:

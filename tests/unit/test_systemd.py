@@ -6,9 +6,19 @@ from __future__ import annotations
 import subprocess
 
 import pytest
-from ansible.module_utils.modelfleet import deploy_record, host_state
-from ansible.module_utils.modelfleet.systemd import SystemdError, list_units, parse_show, show, show_unit
-from ansible.module_utils.modelfleet.vllm_unit import UNIT_GLOB, served_name_of, unit_name
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import deploy_record, host_state
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.systemd import (
+    SystemdError,
+    list_units,
+    parse_show,
+    show,
+    show_unit,
+)
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import (
+    UNIT_GLOB,
+    served_name_of,
+    unit_name,
+)
 
 
 class Systemctl:

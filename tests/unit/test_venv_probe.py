@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib.metadata
 import sys
 
-from ansible.module_utils.modelfleet.venv_probe import judge, pin_name, probe
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.venv_probe import judge, pin_name, probe
 
 PYYAML = importlib.metadata.version("PyYAML")
 

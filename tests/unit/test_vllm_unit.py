@@ -6,8 +6,8 @@ from __future__ import annotations
 import re
 
 import pytest
-from ansible.module_utils.modelfleet.profiles import load_profile
-from ansible.module_utils.modelfleet.vllm_unit import (
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.profiles import load_profile
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import (
     ServeError,
     server_argv,
     start_timeout_seconds,
@@ -76,7 +76,7 @@ def test_unit_name_and_quoting():
 
 
 def test_exec_lines_one_flag_per_line():
-    from ansible.module_utils.modelfleet.vllm_unit import exec_lines
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import exec_lines
 
     lines = exec_lines(["/v/bin/python", "-m", "vllm.entrypoints.openai.api_server", "--model", "/m x",
                         "--enable-auto-tool-choice", "--port", "8000"])
@@ -87,8 +87,11 @@ def test_exec_lines_one_flag_per_line():
 # --- the unit's environment: every run-time cache inside the one writable folder (issue 27) ---
 
 def test_cache_environment_covers_every_documented_cache_inside_the_folder():
-    from ansible.module_utils.modelfleet.unit_file import is_within
-    from ansible.module_utils.modelfleet.vllm_unit import CACHE_ENVIRONMENT, cache_environment
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.unit_file import is_within
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import (
+        CACHE_ENVIRONMENT,
+        cache_environment,
+    )
 
     env = cache_environment("/var/cache/modelfleet/vllm/kimi-k2.5/")
     names = [n for n, _, _ in CACHE_ENVIRONMENT]
@@ -102,14 +105,14 @@ def test_cache_environment_covers_every_documented_cache_inside_the_folder():
 
 @pytest.mark.parametrize("bad", ["relative/dir", "/", "//", "/var/cache/../etc", "/var/cache/x\nUser=root", ""])
 def test_cache_folder_refused(bad):
-    from ansible.module_utils.modelfleet.vllm_unit import cache_environment
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import cache_environment
 
     with pytest.raises(ServeError, match="vllm_service_cache_root|cache folder"):
         cache_environment(bad)
 
 
 def test_unit_environment_keeps_caches_and_refuses_unsafe_extras():
-    from ansible.module_utils.modelfleet.vllm_unit import unit_environment
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import unit_environment
 
     env = unit_environment("/c/m", {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": 1, "X": True})
     assert env["VLLM_CPU_KVCACHE_SPACE"] == "1" and env["X"] == "true" and env["HF_HUB_OFFLINE"] == "1"
@@ -129,8 +132,8 @@ def test_unit_environment_keeps_caches_and_refuses_unsafe_extras():
                                    "tab\there", "a=b=c", ""])
 def test_environment_assignment_reads_back_as_written(value):
     """What systemd reads back from the rendered Environment= word is exactly the value given."""
-    from ansible.module_utils.modelfleet import unit_file
-    from ansible.module_utils.modelfleet.vllm_unit import environment_assignment
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import unit_file
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import environment_assignment
 
     line = environment_assignment("K", value)
     assert "\n" not in line
@@ -140,7 +143,10 @@ def test_environment_assignment_reads_back_as_written(value):
 def test_cache_problems_catch_the_unit_before_the_fix(fixtures_dir):
     """The unit that failed on the H200 (HOME read-only, no Triton cache variable) is caught; the one after
     the fix is clean. Both were rendered by the role's template on the GPU machine."""
-    from ansible.module_utils.modelfleet.vllm_unit import CACHE_ENVIRONMENT, cache_problems
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import (
+        CACHE_ENVIRONMENT,
+        cache_problems,
+    )
 
     d = fixtures_dir / "device" / "h200-unit-cache-check"
     before = cache_problems((d / "unit-before.service").read_text())
@@ -158,7 +164,7 @@ def test_cache_problems_catch_the_unit_before_the_fix(fixtures_dir):
                                         ("a b", "a blank"), ('k"', "'\"'"), ("k\\", "'\\\\\\\\'"), ("$HOME", "'\\$'"),
                                         ("#k", "comment"), ("k\x00", "NUL")])
 def test_api_key_refused_when_it_would_not_be_one_literal_assignment(key, needle):
-    from ansible.module_utils.modelfleet.vllm_unit import check_api_key
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import check_api_key
 
     with pytest.raises(ServeError, match=f"vllm_service_api_key.*{needle}|{needle}.*vllm_service_api_key"):
         check_api_key(key)
@@ -180,8 +186,8 @@ def test_revision_with_a_trailing_newline_is_not_a_commit():
 @pytest.mark.parametrize("path,word", [("/models/a/b", "/models/a/b"), ("/models/my model", '"/models/my model"'),
                                        ("/models/50%", "/models/50%%")])
 def test_path_settings_read_back_as_the_path(path, word):
-    from ansible.module_utils.modelfleet import unit_file
-    from ansible.module_utils.modelfleet.vllm_unit import path_setting
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import unit_file
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import path_setting
 
     assert path_setting(path, "model folder") == word
     assert unit_file.path_list(f"[Service]\nReadOnlyPaths={word}\n", "ReadOnlyPaths") == [path]
@@ -197,7 +203,7 @@ def test_exec_start_argument_with_a_newline_refused():
 
 
 def test_traffic_allowed_only_with_loopback_and_the_configured_networks():
-    from ansible.module_utils.modelfleet.vllm_unit import allowed_networks
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import allowed_networks
 
     assert allowed_networks("127.0.0.1", []) == ["localhost"]
     assert allowed_networks("0.0.0.0", ["10.0.0.0/16", "fd00::/64 "]) == ["localhost", "10.0.0.0/16", "fd00::/64"]

@@ -8,8 +8,8 @@ from __future__ import annotations
 import os
 
 import pytest
-from ansible.module_utils.modelfleet import vllm_unit as vu
-from ansible.module_utils.modelfleet.vllm_unit import ServeError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import vllm_unit as vu
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import ServeError
 
 REV = "0123456789abcdef0123456789abcdef01234567"
 FULL = {"served_model_name": "kimi", "vllm": {

@@ -18,7 +18,7 @@ from __future__ import annotations
 import math
 import re
 
-from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
 
 
 class BenchError(ModelfleetError):
@@ -164,7 +164,7 @@ def server_snapshot(text: str, model: str | None = None) -> dict:
     kv = metric_sum(s, "vllm:kv_cache_usage_perc", model)
     if kv is None:
         kv = metric_sum(s, "vllm:gpu_cache_usage_perc", model)
-    info = [lab for n, lab, _ in s if n == "vllm:cache_config_info"]
+    info = [lab for n, lab, _dummy in s if n == "vllm:cache_config_info"]
     blocks = block_size = None
     if info:
         try:

@@ -21,9 +21,9 @@ import multiprocessing
 import os
 import random
 import time
-import urllib.request
 
-from ansible.module_utils.modelfleet import bench
+from ansible.module_utils.urls import open_url
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench
 
 READ_BUFSIZE = 16 * 1024 * 1024
 TICK = 0.010
@@ -52,13 +52,13 @@ def make_prompts(cfg: dict, n: int, salt: int) -> list:
     """n prompts of input_len: token-id lists when vocab_size is known (completions), else word strings."""
     rng = random.Random(cfg["seed"] * 1_000_003 + salt)
     out = []
-    for _ in range(n):
+    for _dummy in range(n):
         if cfg["endpoint"] == "completions" and cfg.get("vocab_size"):
             # skip the lowest ids (special and byte tokens) and stay inside the tokenizer's range
             lo, hi = min(100, cfg["vocab_size"] // 4), cfg["vocab_size"]
-            out.append([rng.randrange(lo, hi) for _ in range(cfg["input_len"])])
+            out.append([rng.randrange(lo, hi) for _dummy in range(cfg["input_len"])])
         else:
-            out.append(" ".join(rng.choice(_WORDS) for _ in range(cfg["input_len"])))
+            out.append(" ".join(rng.choice(_WORDS) for _dummy in range(cfg["input_len"])))
     return out
 
 
@@ -175,7 +175,7 @@ async def _drive(cfg: dict, prompts: list, concurrency: int | None, rate: float 
                 while queue:
                     records.append(await one_request(session, cfg, queue.pop()))
 
-            await asyncio.gather(*(worker() for _ in range(min(concurrency, len(prompts)))))
+            await asyncio.gather(*(worker() for _dummy in range(min(concurrency, len(prompts)))))
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
         stop.set()
         await ticker
@@ -192,8 +192,7 @@ def _child(cfg, prompts, concurrency, rate, start_at, conn) -> None:
 
 
 def scrape(cfg: dict) -> str:
-    req = urllib.request.Request(cfg["base_url"] + "/metrics", headers=_headers(cfg))
-    with urllib.request.urlopen(req, timeout=10) as r:
+    with open_url(cfg["base_url"] + "/metrics", headers=_headers(cfg), timeout=10) as r:
         return r.read().decode("utf-8", "replace")
 
 
@@ -264,7 +263,7 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
             stop = asyncio.Event()
             sampler = asyncio.create_task(_sample_gauges(cfg, stop, samples))
             loop = asyncio.get_running_loop()
-            got = await asyncio.gather(*(loop.run_in_executor(None, c.recv) for _, c in children))
+            got = await asyncio.gather(*(loop.run_in_executor(None, c.recv) for _dummy, c in children))
             stop.set()
             await sampler
             return got
@@ -328,11 +327,9 @@ def run_sweep(cfg: dict, *, levels: list[int], request_rate: float | None = None
         "started_at": started, "finished_at": time.time(),
         "backend": "openai-chat" if cfg["endpoint"] == "chat" else "openai",
         "model_id": cfg["model"], "base_url": cfg["base_url"],
-        "client": {k: v for k, v in cfg.items() if k != "api_key"} | {"levels": levels,
-                                                                     "request_rate": request_rate,
-                                                                     "per_level": per_level,
-                                                                     "read_bufsize": READ_BUFSIZE,
-                                                                     "pid": os.getpid()},
+        "client": {k: v for k, v in cfg.items() if k != "api_key"} | {
+            "levels": levels, "request_rate": request_rate, "per_level": per_level, "read_bufsize": READ_BUFSIZE,
+            "pid": os.getpid()},
         "points": points,
         "knee": bench.find_knee(points),
         "headline": bench.headline(points),

@@ -11,8 +11,8 @@ import platform
 import socket
 import time
 
-from ansible.module_utils.modelfleet import bench
-from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
 
 ENV_PREFIXES = ("NCCL_", "VLLM_", "CUDA_", "OMP_", "TORCH_", "PYTORCH_")
 SECRET_WORDS = ("KEY", "TOKEN", "SECRET", "PASSWORD")
@@ -38,7 +38,7 @@ def server_environment(pid: int, environ_path: str | None = None) -> dict:
         return {}
     out = {}
     for item in raw:
-        k, _, v = item.decode("utf-8", "replace").partition("=")
+        k, _dummy, v = item.decode("utf-8", "replace").partition("=")
         if k.startswith(ENV_PREFIXES) and not any(w in k for w in SECRET_WORDS):
             out[k] = v
     return out
@@ -85,7 +85,7 @@ def run_benchmark(p: dict, check_mode: bool = False, sweep=None) -> dict:
         return {"changed": False, "levels": levels, "result_path": p["result_path"],
                 "msg": f"would benchmark {p['served_name']} at {p['url']} with concurrency {levels}"}
     try:
-        from ansible.module_utils.modelfleet import bench_client
+        from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench_client
     except ImportError as e:
         raise BenchRunError(f"the benchmark client needs aiohttp ({e}); run vllm_bench with the vLLM venv's python",
                             result_path=p["result_path"], levels=levels) from None

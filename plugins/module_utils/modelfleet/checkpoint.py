@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable
 from contextlib import contextmanager
 from math import prod
 
-from ansible.module_utils.modelfleet.errors import CheckpointError, ModelfleetError
-from ansible.module_utils.modelfleet.safetensors_header import (
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import CheckpointError, ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.safetensors_header import (
     DTYPE_BITS,
     JSONError,
     decode_length,
@@ -230,7 +230,7 @@ def compatibility_warnings(facts: dict, compute_capability: str | None = None,
         out.append("checkpoint needs trust_remote_code (auto_map present) but no 40-hex revision is pinned: "
                    "remote code could change under you; pin --revision to a commit")
     if compute_capability:
-        major = int(str(compute_capability).split(".")[0])
+        major = int(str(compute_capability).split(".", maxsplit=1)[0])
         cc = str(compute_capability)
         kv = (kv_cache_dtype or "").lower()
         scheme = q.get("kv_cache_scheme")
@@ -367,7 +367,7 @@ def _inspect_local_checked(path: str, revision: str | None) -> dict:
             absent.append("no index and no *.safetensors files: shard facts are absent")
     headers = {}
     for s in shards:
-        headers[s], _ = read_local_header(os.path.join(path, s), s)
+        headers[s], _dummy = read_local_header(os.path.join(path, s), s)
     _cross_check(weight_map, headers)
     lock_files = {f["name"]: f for f in (lock or {}).get("files", [])}
     files = []
@@ -469,7 +469,7 @@ def inspect_hub(repo_id: str, revision: str = "main", endpoint: str | None = Non
 
 
 def _inspect_hub(repo_id, revision, endpoint, token, on_read, parallel=1) -> dict:
-    from ansible.module_utils.modelfleet.fetch import hub_listing
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import hub_listing
     from huggingface_hub import hf_hub_url
     from huggingface_hub.utils import build_hf_headers, get_session
 

@@ -28,10 +28,10 @@ import re
 import subprocess
 import tempfile
 
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.fetch import MARKER_DIR
-from ansible.module_utils.modelfleet.systemd import list_units
-from ansible.module_utils.modelfleet.vllm_unit import UNIT_GLOB
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import MARKER_DIR
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.systemd import list_units
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import UNIT_GLOB
 
 RECORD_VERSION = 1
 
@@ -91,8 +91,8 @@ def venv_digest(venv: str) -> str | None:
     None when the venv has no python."""
     if not os.path.exists(os.path.join(venv, "bin", "python")):
         return None
-    names = sorted(os.path.basename(p) for p in glob.glob(os.path.join(venv, "lib", "python*", "site-packages",
-                                                                        "*.dist-info")))
+    pattern = os.path.join(venv, "lib", "python*", "site-packages", "*.dist-info")
+    names = sorted(os.path.basename(p) for p in glob.glob(pattern))
     return hashlib.sha256("\n".join(names).encode()).hexdigest()
 
 
@@ -236,7 +236,7 @@ def check(path: str, inputs_digest: str, run=subprocess.run, probe=None) -> dict
     readiness = {}
     if not why and probe is not None:
         key = env_value(record["env_file"], "VLLM_API_KEY") or None
-        stage, detail, _ = probe(record["url"], record["served_name"], key)
+        stage, detail, _dummy = probe(record["url"], record["served_name"], key)
         readiness = {"stage": stage, "detail": detail}
         if stage != "ready":
             why.append(f"{record['url']} is not ready: {detail}")

@@ -12,9 +12,9 @@ import shutil
 import stat
 import subprocess
 
-from ansible.module_utils.modelfleet import flock
-from ansible.module_utils.modelfleet.errors import DiskPlanError
-from ansible.module_utils.modelfleet.sizes import both_units, fmt_bytes
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import flock
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import DiskPlanError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import both_units, fmt_bytes
 
 MARKER_DIR = ".modelfleet"
 LAST_USED = "last_used"      # touched by hf_fetch (and vllm_service on start): the LRU clock
@@ -58,7 +58,7 @@ def measure_fs(path: str, run=subprocess.run, mounts: str = "/proc/self/mounts",
     }
     ds = _zfs_dataset(os.path.realpath(path), mounts, which)
     if ds:
-        r = run(["zfs", "get", "-Hp", "-o", "value", "available,used", ds], capture_output=True, text=True)
+        r = run(["zfs", "get", "-Hp", "-o", "value", "available,used", ds], capture_output=True, text=True, check=False)
         if r.returncode == 0:
             avail, used = (int(x) for x in r.stdout.split())
             out.update(free_bytes=avail, total_bytes=avail + used, source=f"zfs dataset {ds} 'available'")
@@ -351,12 +351,10 @@ def plan_disk(*, root: str, free_bytes: int, total_bytes: int, required_bytes: i
         "free_after_delete_bytes": free_after,
         "free_after_fetch_bytes": free_after_fetch,
         "free_after_verify_cleanup_bytes": free_after_cleanup,
-        "figures": {k: both_units(v) for k, v in (("free", free_bytes), ("required", required_bytes),
-                                                    ("headroom", headroom), ("shortfall", shortfall),
-                                                    ("free_after_delete", free_after),
-                                                    ("free_after_fetch", free_after_fetch),
-                                                    ("free_after_verify_cleanup", free_after_cleanup))
-                    if v is not None},
+        "figures": {k: both_units(v) for k, v in (
+            ("free", free_bytes), ("required", required_bytes), ("headroom", headroom), ("shortfall", shortfall),
+            ("free_after_delete", free_after), ("free_after_fetch", free_after_fetch),
+            ("free_after_verify_cleanup", free_after_cleanup)) if v is not None},
     }
     out["summary"] = (f"free {fmt_bytes(free_bytes)}; need {fmt_bytes(need)} (required {fmt_bytes(required_bytes)}"
                       f" + headroom {fmt_bytes(headroom)} - present {fmt_bytes(max(0, present_bytes))}); "
@@ -384,7 +382,7 @@ def plan_host(*, root: str, required_bytes, headroom_bytes=0, headroom_percent=0
     plan-disk and the disk_plan and storage_reclaim modules. The root is checked (check_models_root) and its
     resolved path used. Fallbacks are kept whenever deleting other models covers the shortfall; only when
     nothing else does is a plan that deletes a fallback early returned, with `fallback_deleted_early`."""
-    from ansible.module_utils.modelfleet import in_use as in_use_mod
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import in_use as in_use_mod
 
     rroot = check_models_root(root)
     if not os.path.isdir(rroot):

@@ -21,8 +21,8 @@ import shutil
 import signal
 import time
 
-from ansible.module_utils.modelfleet import flock
-from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import flock
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 MARKER_DIR = ".modelfleet"
@@ -34,7 +34,7 @@ class FetchError(ModelfleetError):
 
 # --------------------------------------------------------------------------- paths and lock
 def repo_dir_name(repo_id: str) -> str:
-    org, _, name = repo_id.partition("/")
+    org, _dummy, name = repo_id.partition("/")
     if not org or not name or "/" in name or ".." in repo_id:
         raise FetchError(f"repo id {repo_id!r} is not of the form org/name")
     return f"{org}--{name}"
@@ -74,7 +74,7 @@ def select_files(names: list[str], allow_patterns: list[str] | None) -> list[str
 def hub_listing(repo_id: str, revision: str, endpoint: str | None, token: str | None) -> tuple[str, list[dict]]:
     """Resolve `revision` to its commit and list every file with size, sha256 (LFS) and git blob id,
     through huggingface_hub. Errors are FetchError with the repo, revision and what to do."""
-    from ansible.module_utils.modelfleet.checkpoint import transport_errors
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import transport_errors
     from huggingface_hub import HfApi
     from huggingface_hub.errors import (
         HfHubHTTPError,

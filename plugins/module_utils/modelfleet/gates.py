@@ -5,9 +5,12 @@ capability range (and Blackwell for NVFP4), FP8 KV cache refused on SM120 (the p
 
 from __future__ import annotations
 
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.planner import compute_capability, sm120_fp8_kv_problem
-from ansible.module_utils.modelfleet.profiles import version_satisfies
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.planner import (
+    compute_capability,
+    sm120_fp8_kv_problem,
+)
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.profiles import version_satisfies
 
 
 class GateError(ModelfleetError):

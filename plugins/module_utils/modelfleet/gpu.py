@@ -14,11 +14,11 @@ import shutil
 import subprocess
 import xml.etree.ElementTree as ET
 
-from ansible.module_utils.modelfleet.errors import GpuFactsError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import GpuFactsError
 
 MiB = 2**20
-QUERY_FIELDS = ["index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used", "memory.free",
-                "driver_version", "compute_cap", "power.limit", "temperature.gpu", "utilization.gpu"]
+QUERY_FIELDS = ("index", "uuid", "name", "pci.bus_id", "memory.total", "memory.used", "memory.free",
+                "driver_version", "compute_cap", "power.limit", "temperature.gpu", "utilization.gpu")
 LINK_KINDS = ("X", "PIX", "PXB", "PHB", "NODE", "SYS")
 # NVML common-ancestor levels -> the nvidia-smi topo names
 NVML_TOPO = {0: "X", 10: "PIX", 20: "PXB", 30: "PHB", 40: "NODE", 50: "SYS"}
@@ -70,7 +70,7 @@ def parse_smi_xml(xml_text: str) -> dict:
             "gpu_count": len(gpus), "gpus": gpus, "processes": procs}
 
 
-def parse_query_csv(text: str, fields: list[str] = QUERY_FIELDS) -> list[dict]:
+def parse_query_csv(text: str, fields: tuple[str, ...] | list[str] = QUERY_FIELDS) -> list[dict]:
     """`nvidia-smi --query-gpu=<fields> --format=csv,noheader,nounits`."""
     rows = []
     for rec in csv.reader(io.StringIO(text.strip())):
@@ -201,13 +201,13 @@ def collect_nvml() -> dict:
 
 
 def collect_smi(run=subprocess.run) -> dict:
-    x = run(["nvidia-smi", "-q", "-x"], capture_output=True, text=True)
+    x = run(["nvidia-smi", "-q", "-x"], capture_output=True, text=True, check=False)
     if x.returncode != 0:
         raise GpuFactsError((x.stdout + x.stderr).strip().splitlines()[-1] if (x.stdout + x.stderr).strip()
                             else f"nvidia-smi -q -x exited {x.returncode}")
     facts = parse_smi_xml(x.stdout)
     q = run(["nvidia-smi", f"--query-gpu={','.join(QUERY_FIELDS)}", "--format=csv,noheader,nounits"],
-            capture_output=True, text=True)
+            capture_output=True, text=True, check=False)
     if q.returncode == 0:
         by_uuid = {r["uuid"]: r for r in parse_query_csv(q.stdout)}
         for g in facts["gpus"]:
@@ -215,7 +215,7 @@ def collect_smi(run=subprocess.run) -> dict:
             if r:
                 g["compute_capability"] = r["compute_cap"]
                 g["index"] = int(r["index"])
-    t = run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True)
+    t = run(["nvidia-smi", "topo", "-m"], capture_output=True, text=True, check=False)
     facts["matrix"] = parse_topo_matrix(t.stdout) if t.returncode == 0 else {}
     for p in facts["processes"]:
         p["name"] = _proc_name(p["pid"]) or p["name"] if p["pid"] else p["name"]

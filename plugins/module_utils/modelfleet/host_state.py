@@ -9,9 +9,9 @@ import json
 import os
 import subprocess
 
-from ansible.module_utils.modelfleet.fetch import MARKER_DIR
-from ansible.module_utils.modelfleet.systemd import list_units, show
-from ansible.module_utils.modelfleet.vllm_unit import UNIT_GLOB, served_name_of
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import MARKER_DIR
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.systemd import list_units, show
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import UNIT_GLOB, served_name_of
 
 
 def model_from_exec_start(exec_start: str) -> str | None:

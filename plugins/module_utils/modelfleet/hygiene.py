@@ -10,7 +10,7 @@ import os
 import signal
 import time
 
-from ansible.module_utils.modelfleet.gpu import unit_of_pid_cgroup
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.gpu import unit_of_pid_cgroup
 
 TCP_LISTEN = "0A"
 

@@ -16,8 +16,8 @@ from __future__ import annotations
 import os
 import re
 
-from ansible.module_utils.modelfleet.errors import DiskPlanError
-from ansible.module_utils.modelfleet.systemd import SystemdError, list_units, show
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import DiskPlanError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.systemd import SystemdError, list_units, show
 
 LIVE_STATES = {"active", "activating", "reloading", "deactivating"}
 PROPS = ("Id", "ActiveState", "SubState", "ExecStartPre", "ExecStart", "ExecStartPost", "ExecReload",

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import os
 
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.fetch import (
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import (
     ModelWriteLock,
     finalize,
     is_complete,

@@ -18,8 +18,8 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.modelfleet.errors import PlanError
-from ansible.module_utils.modelfleet.sizes import GiB, fmt_bytes
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import PlanError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import GiB, fmt_bytes
 
 DTYPE_BYTES = {"bfloat16": 2, "float16": 2, "half": 2, "float32": 4, "float": 4, "fp8": 1, "fp8_e4m3": 1,
                "fp8_e5m2": 1, "auto": None}
@@ -236,4 +236,3 @@ def plan(facts: dict, gpus: dict, profile: dict | None = None, input_len: int = 
     if ep and interconnect == "pcie":
         warnings.append("EP over PCIe: expect all-to-all to bound throughput at high concurrency")
     return out
-

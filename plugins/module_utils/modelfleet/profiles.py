@@ -39,7 +39,7 @@ from __future__ import annotations
 import os
 import re
 
-from ansible.module_utils.modelfleet.errors import ProfileError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ProfileError
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*\Z")
@@ -189,8 +189,10 @@ def load_profile(name_or_path: str, profiles_dir: str) -> dict:
     """Load and validate a profile by name (profiles_dir/<name>.yml) or by path."""
     import yaml
 
-    path = name_or_path if name_or_path.endswith((".yml", ".yaml")) else os.path.join(profiles_dir,
-                                                                                        name_or_path + ".yml")
+    if name_or_path.endswith((".yml", ".yaml")):
+        path = name_or_path
+    else:
+        path = os.path.join(profiles_dir, name_or_path + ".yml")
     if not os.path.exists(path):
         known = sorted(f[:-4] for f in os.listdir(profiles_dir) if f.endswith(".yml")) if os.path.isdir(
             profiles_dir) else []

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import json
 import urllib.error
-import urllib.request
+
+from ansible.module_utils.urls import open_url
 
 # What the start-up wait needs to know about the unit (systemctl show)
 UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "Result", "ExecMainCode", "ExecMainStatus")
@@ -16,8 +17,7 @@ def _request(url: str, key: str | None, timeout: float = 5, data: bytes | None =
     headers = {"Content-Type": "application/json"}
     if key:
         headers["Authorization"] = f"Bearer {key}"
-    req = urllib.request.Request(url, data=data, headers=headers)
-    with urllib.request.urlopen(req, timeout=timeout) as r:
+    with open_url(url, data=data, headers=headers, timeout=timeout) as r:
         return r.status, r.read()
 
 
@@ -25,7 +25,7 @@ def look(url: str, name: str, key: str | None, prompt: str = "Hello", max_tokens
     """(stage, detail, completion text or None); stage is down, health, listed or ready."""
     url = url.rstrip("/")
     try:
-        st, _ = _request(url + "/health", key)
+        st, _dummy = _request(url + "/health", key)
         if st != 200:
             return "down", f"/health answered {st}", None
     except (urllib.error.URLError, OSError) as e:

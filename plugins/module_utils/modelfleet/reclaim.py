@@ -9,7 +9,7 @@ import json
 import os
 import time
 
-from ansible.module_utils.modelfleet.disk import (
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.disk import (
     HostLock,
     check_models_root,
     delete_model_dir,
@@ -17,8 +17,8 @@ from ansible.module_utils.modelfleet.disk import (
     plan_host,
     purge_trash,
 )
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.sizes import fmt_bytes, parse_size
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import fmt_bytes, parse_size
 
 MODES = ("make_room", "remove_explicit")
 

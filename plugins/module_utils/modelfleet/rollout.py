@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import re
 
-from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
 
 
 class RolloutError(ModelfleetError):
@@ -45,8 +45,8 @@ def wave_plan(parsed: dict, limit=None, profile: str | None = None, default_seri
     hosts = parsed["hosts"]
     rollout = parsed.get("rollout") or {}
     mfp = rollout.get("max_fail_percentage", 0)
-    waves = rollout.get("waves") or [{"name": "all", "hosts": sorted(hosts), "canary": False,
-                                       "serial": default_serial}]
+    waves = rollout.get("waves") or [
+        {"name": "all", "hosts": sorted(hosts), "canary": False, "serial": default_serial}]
     wanted = set(hosts)
     if limit is not None:
         unknown = sorted(set(limit) - set(hosts))

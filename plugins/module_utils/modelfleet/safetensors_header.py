@@ -11,7 +11,7 @@ import json
 import struct
 from math import prod
 
-from ansible.module_utils.modelfleet.errors import CheckpointError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import CheckpointError
 
 try:  # orjson parses a 1T checkpoint's ~50 MB of headers ~3x faster; the stdlib is the fallback on hosts
     import orjson as _orjson
@@ -36,6 +36,11 @@ DTYPE_BITS = {
     "I64": 64, "U64": 64, "F64": 64,
     "F4": 4, "F6_E2M3": 6, "F6_E3M2": 6,
 }
+
+
+def _plain_int(v) -> bool:
+    """A JSON integer: an int that is not a bool (True is an int to Python, never a size or an offset here)."""
+    return isinstance(v, int) and not isinstance(v, bool)
 
 
 def decode_length(name: str, prefix: bytes, file_size: int | None) -> int:
@@ -79,12 +84,12 @@ def parse_header(name: str, raw: bytes, header_len: int, file_size: int | None) 
         if bits is None:
             raise CheckpointError(f"{name}: tensor {tname!r} has unknown dtype {dtype!r}")
         try:
-            bad_shape = type(shape) is not list or bool(shape and min(shape) < 0)
+            bad_shape = not isinstance(shape, list) or bool(shape and min(shape) < 0)
         except TypeError:
             bad_shape = True
         if bad_shape:
             raise CheckpointError(f"{name}: tensor {tname!r} has an invalid shape {shape!r}")
-        if (type(offs) is not list or len(offs) != 2 or type(offs[0]) is not int or type(offs[1]) is not int
+        if (not isinstance(offs, list) or len(offs) != 2 or not _plain_int(offs[0]) or not _plain_int(offs[1])
                 or not 0 <= offs[0] <= offs[1]):
             raise CheckpointError(f"{name}: tensor {tname!r} has invalid data_offsets {offs!r}")
         if data_size is not None and offs[1] > data_size:
@@ -93,7 +98,7 @@ def parse_header(name: str, raw: bytes, header_len: int, file_size: int | None) 
                 f"(data section is {data_size} bytes); the file is truncated or corrupt"
             )
         want = (prod(shape) * bits + 7) // 8
-        if type(want) is not int:
+        if not _plain_int(want):
             raise CheckpointError(f"{name}: tensor {tname!r} has an invalid shape {shape!r}")
         if offs[1] - offs[0] != want:
             raise CheckpointError(

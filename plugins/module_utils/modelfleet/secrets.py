@@ -7,7 +7,7 @@ from __future__ import annotations
 import os
 import stat
 
-from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
 
 MAX_SECRET_BYTES = 64 * 1024
 

@@ -4,6 +4,8 @@ them is how the seed's disk arithmetic went wrong by ~185 GB."""
 
 from __future__ import annotations
 
+import math
+
 GB = 10**9
 GiB = 2**30
 MB = 10**6
@@ -44,7 +46,7 @@ def parse_size(value) -> int:
     if isinstance(value, int):
         n = value
     elif isinstance(value, float):
-        if value != value or value in (float("inf"), float("-inf")):
+        if math.isnan(value) or math.isinf(value):
             raise ValueError(f"not a size: {value!r} ({HELP})")
         if value != int(value):
             raise ValueError(f"a byte count must be whole: {value!r} ({HELP})")

@@ -9,8 +9,8 @@ from __future__ import annotations
 import os
 import time
 
-from ansible.module_utils.modelfleet.errors import ModelfleetError
-from ansible.module_utils.modelfleet.fetch import (
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import (
     FetchError,
     ModelWriteLock,
     download_with_watchdog,

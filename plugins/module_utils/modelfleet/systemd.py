@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import subprocess
 
-from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
 
 
 class SystemdError(ModelfleetError):

