@@ -8,7 +8,6 @@ Prints figures; asserts nothing (targets belong here, not in timed tests)."""
 from __future__ import annotations
 
 import argparse
-import builtins
 import statistics
 import sys
 import tempfile
@@ -26,12 +25,15 @@ CK = ROOT / "tests" / "fixtures" / "checkpoints"
 
 
 def counted_inspect(path: str) -> tuple[dict, int]:
-    total = 0
-    real_open = builtins.open
+    """inspect_local with every byte read from a shard counted (shards are opened as descriptors, os.fdopen)."""
+    import os
 
-    def opener(p, mode="r", *a, **k):
-        f = real_open(p, mode, *a, **k)
-        if str(p).endswith(".safetensors"):
+    total = 0
+    real_fdopen = os.fdopen
+
+    def counted(fd, mode="r", *a, **k):
+        f = real_fdopen(fd, mode, *a, **k)
+        if os.readlink(f"/proc/self/fd/{fd}").endswith(".safetensors"):
             orig = f.read
 
             def read(n=-1):
@@ -43,11 +45,11 @@ def counted_inspect(path: str) -> tuple[dict, int]:
             f.read = read
         return f
 
-    builtins.open = opener
+    os.fdopen = counted
     try:
         return inspect_local(path), total
     finally:
-        builtins.open = real_open
+        os.fdopen = real_fdopen
 
 
 def main() -> int:

@@ -35,6 +35,17 @@ options:
     type: str
     choices: [none, size, full]
     default: size
+  xet:
+    description:
+      - Let huggingface_hub take the hub's Xet transfer path (hf_xet) for Xet-backed files. Off by default; the hub
+        then serves the same files over its classic HTTP path, the one the stall watchdog, resume and
+        verification are tested on.
+      - On, the Xet chunk cache goes to C(.cache/xet) in the staging folder (on the models root, removed when the
+        model is complete), limited to O(xet_cache_bytes), which the disk plan reserves.
+    type: bool
+    default: false
+  xet_cache_bytes: {description: "The Xet chunk cache's size limit in bytes (required, positive, with O(xet=true)).", type: int, default: 0}
+  xet_high_performance: {description: "Xet's high-throughput mode (HF_XET_HIGH_PERFORMANCE), with O(xet=true).", type: bool, default: false}
 extends_documentation_fragment:
   - ansible.builtin.action_common_attributes
   - modelfleet.fleet.modelfleet.model_files
@@ -60,7 +71,12 @@ RETURN = r"""
 final: {description: The model directory., returned: success, type: str}
 bytes: {description: Bytes in the model., returned: success, type: int}
 verify: {description: 'Verification figures: bytes_hashed, seconds, mb_per_s, refetched.', returned: success, type: dict}
-download: {description: 'attempts, stalls, seconds, bytes_per_s.', returned: success, type: dict}
+download:
+  description: >-
+    attempts, stalls, seconds, bytes_per_s, and transfer (xet, xet_cache, xet_chunk_cache_bytes - what the download
+    child's hub client was set to do).
+  returned: success
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -88,6 +104,9 @@ def main():
             "stall_seconds": {"type": "float", "default": 120},
             "max_stalls": {"type": "int", "default": 3},
             "verify_existing": {"type": "str", "choices": list(VERIFY_EXISTING), "default": "size"},
+            "xet": {"type": "bool", "default": False},
+            "xet_cache_bytes": {"type": "int", "default": 0},
+            "xet_high_performance": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -103,7 +122,8 @@ def main():
         res = fetch_snapshot(root=p["root"], lock=p["lock"], endpoint=p["endpoint"], token=token, owner=owner,
                              max_workers=p["max_workers"], stall_seconds=p["stall_seconds"],
                              max_stalls=p["max_stalls"], verify_existing=p["verify_existing"],
-                             check_mode=module.check_mode)
+                             check_mode=module.check_mode, xet=p["xet"], xet_cache_bytes=p["xet_cache_bytes"],
+                             xet_high_performance=p["xet_high_performance"])
     except (ModelfleetError, KeyError) as e:
         module.fail_json(msg=str(e))
     except OSError as e:

@@ -20,9 +20,9 @@ from tests.conftest import ROOT, TINY_REPO
 TOKEN = "hf_dummyTOKEN_for_the_secrecy_test_4b1d"
 
 
-def ansible_module(name: str, args: dict, check=False, popen=False):
+def ansible_module(name: str, args: dict, check=False, popen=False, extra_env: dict | None = None):
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", HF_HUB_DISABLE_TELEMETRY="1")
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", HF_HUB_DISABLE_TELEMETRY="1", **(extra_env or {}))
     env.pop("HF_TOKEN", None)
     cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", f"modelfleet.fleet.{name}",
            "-a", json.dumps(args),
@@ -214,6 +214,35 @@ def test_corrupted_byte_is_detected_and_only_that_file_refetched(hub, tmp_path):
     assert res["fetched"] == ["model-00002-of-00003.safetensors"]
     assert _fetched_paths(hub) == {"model-00002-of-00003.safetensors"}
     assert res["verify"]["mb_per_s"] > 0
+    for e in lock["files"]:
+        assert verify_entry(paths["final"], e)["ok"]
+
+
+@pytest.mark.parametrize("xet", [False, True], ids=["xet-off", "xet-on"])
+def test_the_download_child_takes_xet_only_when_asked_with_its_cache_in_staging(hub, tmp_path, xet):
+    """What the hub client in the download child was set to do, as huggingface_hub itself reports it there. A Xet
+    cache the user's environment points elsewhere is not used: off means off, on means the staging folder."""
+    root = tmp_path / "models"
+    lock = lock_for(hub, root)
+    args = {"root": str(root), "lock": lock, "endpoint": hub.url}
+    if xet:
+        args.update(xet=True, xet_cache_bytes=4 * 2**20)
+    elsewhere = tmp_path / "home-xet-cache"
+    rc, res, out = ansible_module("hf_snapshot", args, extra_env={"HF_XET_CACHE": str(elsewhere),
+                                                                  "HF_HUB_DISABLE_XET": "0"})
+    assert rc == 0, out
+    paths = model_paths(str(root), TINY_REPO, lock["revision"])
+    transfer = res["download"]["transfer"]
+    if xet:
+        assert transfer == {"xet": True, "xet_cache": os.path.join(paths["staging"], ".cache", "xet"),
+                            "xet_chunk_cache_bytes": 4 * 2**20}
+    else:
+        assert transfer == {"xet": False, "xet_cache": None, "xet_chunk_cache_bytes": None}
+    with open(paths["status"]) as f:
+        assert json.load(f).get("transfer", transfer) == transfer
+    assert not elsewhere.exists()
+    # the harness hub serves LFS over plain HTTP, so the files came that way either way, and were verified
+    assert not os.path.exists(os.path.join(paths["final"], ".cache"))
     for e in lock["files"]:
         assert verify_entry(paths["final"], e)["ok"]
 

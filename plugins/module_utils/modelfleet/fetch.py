@@ -266,6 +266,64 @@ class ModelWriteLock:
         return False
 
 
+# --------------------------------------------------------------------------- the hub client's environment
+# Against the real hub, huggingface_hub takes the Xet path (the hf_xet package, a dependency of huggingface_hub)
+# for Xet-backed files, with a chunk cache under the fetching user's home - outside the models root and the disk
+# plan - and a transfer the harness hub never exercises (it serves LFS over plain HTTP). So a fetch runs with Xet
+# off unless asked (the hub serves the same files over its classic HTTP path, which the stall watchdog, resume
+# and verification are tested on); with Xet on, its chunk cache lives in the staging folder (on the models root,
+# removed when the model is complete) with a bounded size that the disk plan counts (required_bytes).
+XET_CACHE_DIR = os.path.join(".cache", "xet")
+
+
+def hub_environment(staging: str, xet: bool = False, xet_cache_bytes: int = 0,
+                    xet_high_performance: bool = False) -> dict:
+    """The environment variables huggingface_hub and hf_xet get for one fetch into `staging`."""
+    env = {"HF_HUB_DISABLE_TELEMETRY": "1"}
+    if not xet:
+        env["HF_HUB_DISABLE_XET"] = "1"
+        return env
+    if not isinstance(xet_cache_bytes, int) or isinstance(xet_cache_bytes, bool) or xet_cache_bytes <= 0:
+        raise FetchError(f"xet_cache_bytes {xet_cache_bytes!r}: with Xet on, give the chunk cache's size in bytes "
+                         "(a positive integer; the disk plan reserves it on the models root)")
+    env.update(HF_HUB_DISABLE_XET="0", HF_XET_CACHE=os.path.join(staging, XET_CACHE_DIR),
+               HF_XET_CHUNK_CACHE_SIZE_BYTES=str(xet_cache_bytes),
+               HF_XET_HIGH_PERFORMANCE="1" if xet_high_performance else "0")
+    return env
+
+
+def apply_hub_environment(env: dict) -> None:
+    """Put `env` in this process's environment. huggingface_hub reads these once, when it is first imported, so a
+    process that imported it already gets its constants set to the same values."""
+    import sys
+
+    os.environ.update(env)
+    if env.get("HF_HUB_DISABLE_XET") == "1":
+        os.environ.pop("HF_XET_CACHE", None)
+    constants = sys.modules.get("huggingface_hub.constants")
+    if constants is not None:
+        constants.HF_HUB_DISABLE_XET = env.get("HF_HUB_DISABLE_XET") == "1"
+        constants.HF_XET_HIGH_PERFORMANCE = env.get("HF_XET_HIGH_PERFORMANCE") == "1"
+        if "HF_XET_CACHE" in env:
+            constants.HF_XET_CACHE = env["HF_XET_CACHE"]
+
+
+def transfer_facts() -> dict:
+    """What the hub client in this process will do, read from huggingface_hub itself after the environment is
+    applied: whether the Xet path is open and where its chunk cache goes."""
+    from huggingface_hub import constants
+
+    xet = not constants.HF_HUB_DISABLE_XET
+    return {"xet": xet, "xet_cache": constants.HF_XET_CACHE if xet else None,
+            "xet_chunk_cache_bytes": int(os.environ.get("HF_XET_CHUNK_CACHE_SIZE_BYTES", "0")) if xet else None}
+
+
+def required_bytes(total_bytes: int, xet: bool = False, xet_cache_bytes: int = 0, from_hub: bool = True) -> int:
+    """Bytes a fetch needs free on the models root: the model, plus the Xet chunk cache's bound on a host that
+    downloads from the hub with Xet on (the cache lives in the staging folder until the model is complete)."""
+    return int(total_bytes) + (int(xet_cache_bytes) if xet and from_hub else 0)
+
+
 # --------------------------------------------------------------------------- download
 def _die_with_parent(parent_pid: int) -> None:
     """Linux: deliver SIGKILL to this process when its parent dies, so a killed fetch leaves no orphan
@@ -284,12 +342,25 @@ def _die_with_parent(parent_pid: int) -> None:
 def _child_download(repo_id, commit, staging, names, endpoint, token, max_workers, parent_pid):
     os.setsid()
     _die_with_parent(parent_pid)
-    os.environ["HF_HUB_DISABLE_TELEMETRY"] = "1"
     os.environ.pop("HF_TOKEN", None)
     from huggingface_hub import snapshot_download
 
+    # what this child's hub client will do (Xet or not, where its cache goes), for the status file
+    facts = os.path.join(staging, ".cache", "modelfleet-transfer.json")
+    os.makedirs(os.path.dirname(facts), exist_ok=True)
+    with open(facts, "w") as f:
+        json.dump(transfer_facts(), f)
+
     snapshot_download(repo_id, revision=commit, local_dir=staging, allow_patterns=names, max_workers=max_workers,
                       endpoint=endpoint, token=token or False)
+
+
+def _read_transfer(staging: str) -> dict:
+    try:
+        with open(os.path.join(staging, ".cache", "modelfleet-transfer.json")) as f:
+            return json.load(f)
+    except (OSError, ValueError):
+        return {}
 
 
 def download_with_watchdog(*, repo_id: str, lock: dict, staging: str, status_path: str, endpoint, token,
@@ -308,6 +379,7 @@ def download_with_watchdog(*, repo_id: str, lock: dict, staging: str, status_pat
     stalls = attempts = 0
     samples: list[tuple[float, int]] = []
     started = time.time()
+    transfer: dict = {}
     while True:
         attempts += 1
         child = ctx.Process(target=_child_download,
@@ -331,8 +403,10 @@ def download_with_watchdog(*, repo_id: str, lock: dict, staging: str, status_pat
             samples.append((now, seen))
             samples = samples[-600:]
             fig = progress_figures(samples, total)
+            transfer = transfer or _read_transfer(staging)
             write_status(status_path, {"state": "downloading", "repo_id": repo_id, "revision": lock["revision"],
-                                       **fig, "stalls": stalls, "attempt": attempts, "pid": child.pid,
+                                       **fig, "transfer": transfer, "stalls": stalls, "attempt": attempts,
+                                       "pid": child.pid,
                                        "watchdog_pid": os.getpid(),
                                        "started_at": started, "updated_at": time.time()})
             if not child.is_alive():
@@ -346,7 +420,8 @@ def download_with_watchdog(*, repo_id: str, lock: dict, staging: str, status_pat
                 child.join(10)
                 break
         if reason is None and child.exitcode == 0:
-            return {"attempts": attempts, "stalls": stalls, "seconds": time.time() - started}
+            return {"attempts": attempts, "stalls": stalls, "seconds": time.time() - started,
+                    "transfer": transfer or _read_transfer(staging)}
         stalls += 1
         why = reason or f"download process exited with code {child.exitcode}"
         log(f"attempt {attempts}: {why}")

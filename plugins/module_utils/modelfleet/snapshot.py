@@ -13,8 +13,10 @@ from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import (
     FetchError,
     ModelWriteLock,
+    apply_hub_environment,
     download_with_watchdog,
     finalize,
+    hub_environment,
     is_complete,
     model_paths,
     prepare_staging,
@@ -30,7 +32,8 @@ VERIFY_EXISTING = ("none", "size", "full")
 def fetch_snapshot(*, root: str, lock: dict, endpoint: str | None = None, token: str | None = None,
                    owner: tuple[int, int] | None = None, max_workers: int = 8, stall_seconds: float = 120,
                    max_stalls: int = 3, verify_existing: str = "size", check_mode: bool = False,
-                   hold_lock: bool = True) -> dict:
+                   hold_lock: bool = True, xet: bool = False, xet_cache_bytes: int = 0,
+                   xet_high_performance: bool = False) -> dict:
     """Returns the module's result: {changed, final, bytes, already_complete?, events, kept, fetched,
     fetched_bytes, download, verify, msg?}. Raises ModelfleetError (the status file then says failed) or
     OSError (writing under the root failed); nothing incomplete is ever marked complete."""
@@ -40,6 +43,9 @@ def fetch_snapshot(*, root: str, lock: dict, endpoint: str | None = None, token:
     if missing:
         raise FetchError(f"the lock has no {', '.join(missing)}: pass the lock hf_lock returned")
     paths = model_paths(root, lock["repo_id"], lock["revision"])
+    # before anything imports huggingface_hub (the download child inherits it): Xet off unless asked, its cache
+    # inside the staging folder when on (fetch.hub_environment)
+    apply_hub_environment(hub_environment(paths["staging"], xet, xet_cache_bytes, xet_high_performance))
     try:
         return _fetch(paths, lock, endpoint, token, owner, max_workers, stall_seconds, max_stalls, verify_existing,
                       check_mode, hold_lock)
