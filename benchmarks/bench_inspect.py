@@ -25,10 +25,12 @@ CK = ROOT / "tests" / "fixtures" / "checkpoints"
 
 
 def counted_inspect(path: str) -> tuple[dict, int]:
-    """inspect_local with every byte read from a shard counted (shards are opened as descriptors, os.fdopen)."""
+    """inspect_local with every byte read from a shard counted (shards are opened as descriptors, os.fdopen; the
+    count is shared with the worker processes that read shards in parallel)."""
+    import multiprocessing
     import os
 
-    total = 0
+    total = multiprocessing.Value("q", 0)
     real_fdopen = os.fdopen
 
     def counted(fd, mode="r", *a, **k):
@@ -37,9 +39,9 @@ def counted_inspect(path: str) -> tuple[dict, int]:
             orig = f.read
 
             def read(n=-1):
-                nonlocal total
                 b = orig(n)
-                total += len(b)
+                with total.get_lock():
+                    total.value += len(b)
                 return b
 
             f.read = read
@@ -47,7 +49,7 @@ def counted_inspect(path: str) -> tuple[dict, int]:
 
     os.fdopen = counted
     try:
-        return inspect_local(path), total
+        return inspect_local(path), total.value
     finally:
         os.fdopen = real_fdopen
 

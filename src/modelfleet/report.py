@@ -21,7 +21,8 @@ CSV_FIELDS = [
     "output_throughput", "total_token_throughput", "request_throughput", "request_goodput",
     "output_tokens_per_user_s", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
     "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms",
-    "mean_e2el_ms", "median_e2el_ms", "p90_e2el_ms", "p99_e2el_ms", "total_output_tokens",
+    "mean_e2el_ms", "median_e2el_ms", "p90_e2el_ms", "p99_e2el_ms", "mean_queue_ms", "p99_queue_ms",
+    "total_output_tokens",
     "server_generation_tokens", "reconcile_diff", "client_cpu_fraction_max", "client_loop_lag_p99_ms",
     "client_processes", "server_requests_waiting_max", "server_kv_cache_usage_max", "kv_bound_concurrency",
     "beyond_kv_bound", "valid", "invalid_reasons",
@@ -90,7 +91,7 @@ def write_html(result: dict, path: Path, png_name: str, title: str) -> None:
     cols = [("C", "max_concurrency"), ("prompts", "num_prompts"), ("out tok/s", "output_throughput"),
             ("tok/s/user", "output_tokens_per_user_s"), ("TTFT p50 ms", "median_ttft_ms"),
             ("TTFT p99 ms", "p99_ttft_ms"), ("TPOT p50 ms", "median_tpot_ms"), ("ITL p99 ms", "p99_itl_ms"),
-            ("E2E p50 ms", "median_e2el_ms"), ("E2E p99 ms", "p99_e2el_ms"),
+            ("E2E p50 ms", "median_e2el_ms"), ("E2E p99 ms", "p99_e2el_ms"), ("client queue p99 ms", "p99_queue_ms"),
             ("server tokens", "server_generation_tokens"), ("diff", "reconcile_diff"),
             ("client CPU", "client_cpu_fraction_max"), ("waiting max", "server_requests_waiting_max"),
             ("KV max", "server_kv_cache_usage_max")]

@@ -110,11 +110,14 @@ def _task_interval(ev: dict) -> tuple[float, float] | None:
 # roles that are not a phase of their own: the defaults role (argument checks) and the deploy steps, whose time
 # belongs to the play they run in (or to the capability role they include)
 NOT_PHASES = ("modelfleet", "modelfleet_deploy")
+COLLECTION_PREFIX = collection.NAME + "."
 
 
 def _phase_of(data: dict) -> str:
     """A role's phase name, else the play's short name (before " - ": Canary wave, Distribute, Switch)."""
     role = data.get("role") or ""
+    if role.startswith(COLLECTION_PREFIX):  # the collection's roles are named by FQCN in the events
+        role = role[len(COLLECTION_PREFIX):]
     if role in NOT_PHASES:
         role = ""
     return PHASES.get(role, role or (data.get("play") or "").split(" - ")[0])
@@ -244,7 +247,9 @@ def inventory_hosts(inventory: str | None, limit: str | None = None) -> list[str
 
     r, hosts = listing(limit)
     text = r.stderr + r.stdout
-    m = re.search(r"Failed to parse inventory with '(?:modelfleet\.fleet\.)?fleet' plugin: (.+)", text)
+    # the plugin as Ansible names it: fleet, modelfleet.fleet.fleet or its module path
+    m = re.search(r"Failed to parse inventory with '(?:ansible_collections\.modelfleet\.fleet\.plugins\.inventory\.|"
+                  r"modelfleet\.fleet\.)?fleet' plugin: (.+)", text)
     if m:
         raise InventoryError(f"fleet file does not validate: {m.group(1).strip()} (fix the fleet file; nothing ran)")
     if "Completely failed to parse inventory" in text or ("Unable to parse" in text and r.returncode != 0):

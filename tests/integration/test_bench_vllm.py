@@ -150,6 +150,32 @@ def test_multi_process_client_and_poisson(vllm_server):
     assert r["completed"] == 6 and r["request_rate"] == 20.0
 
 
+def test_open_loop_latency_counts_the_wait_for_a_client_slot(vllm_server):
+    """Arrivals faster than one client slot can serve them (Poisson at 50/s, one slot, a CPU server that takes
+    far longer per request): requests wait in the client, and each one's latency is counted from its scheduled
+    arrival - the wait is inside its TTFT and E2E, as the user sees it, and reported on its own."""
+    cfg = _cfg(vllm_server.url, output_len=24)
+    prompts = bench_client.make_prompts(cfg, 5, salt=11)
+    res = asyncio.run(bench_client._drive(cfg, prompts, 1, 50.0, 0.0))
+    recs = sorted(res["records"], key=lambda r: r["sent"])
+    assert len(recs) == 5 and not any(r["error"] for r in recs)
+    arrivals = sorted(r["start"] for r in recs)
+    assert arrivals[-1] - arrivals[0] < 1.0  # the schedule: five arrivals within about 0.1 s
+    for prev, r in zip(recs, recs[1:], strict=False):
+        assert r["sent"] >= prev["end"]  # one slot: it went out only when the one before had finished
+    waited = [r["sent"] - r["start"] for r in recs]
+    assert waited[-1] >= recs[-2]["end"] - recs[-1]["start"] > 0.05  # the last one queued behind the others
+    for r, w in zip(recs, waited, strict=False):
+        t = bench.request_timings(r)
+        assert t["ttft"] >= w and t["e2el"] >= w  # the queue time is part of what is reported
+    m = bench.point_metrics(res["records"])
+    assert m["mean_queue_ms"] == pytest.approx(sum(waited) / 5 * 1000)
+    assert m["mean_ttft_ms"] > m["mean_queue_ms"] > 50
+    # closed loop (no schedule): nothing waits in the client, so the queue time is the send overhead only
+    closed = asyncio.run(bench_client._drive(cfg, prompts[:2], 1, None, 0.0))
+    assert all(r["sent"] == r["start"] for r in closed["records"])
+
+
 def test_unreachable_server_is_a_clear_error():
     with pytest.raises(bench.BenchError, match="cannot read http://127.0.0.1:9/metrics"):
         bench_client.run_point(_cfg("http://127.0.0.1:9", warmup=0), concurrency=1, num_prompts=1)

@@ -80,9 +80,12 @@ def test_the_collection_tarball_installs_and_serves_a_playbook_written_elsewhere
     assert (installed / "MANIFEST.json").is_file() and not installed.is_symlink()
     manifest = json.loads((installed / "MANIFEST.json").read_text())["collection_info"]
     assert (manifest["namespace"], manifest["name"]) == ("modelfleet", "fleet")
-    # what an installed collection must not carry: the checkout's caches, venv, tests and harness
-    for left_out in (".cache", ".venv", "tests", "molecule", "src", "scripts"):
+    # what an installed collection must not carry: the checkout's caches, venv, tests and harness (the ansible-test
+    # ignore file, tests/sanity, ships)
+    for left_out in (".cache", ".venv", "tests/unit", "tests/integration", "tests/conftest.py", "molecule", "src",
+                     "scripts"):
         assert not (installed / left_out).exists(), left_out
+    assert (installed / "tests" / "sanity" / "ignore-2.19.txt").is_file()
 
     (ext / "site.yml").write_text(PLAYBOOK)
     listing = _run([BIN / "ansible-galaxy", "collection", "list", "modelfleet.fleet", "--format", "json"],

@@ -62,26 +62,58 @@ def test_kimi_k25_int4_header_only(kimi_synthetic):
 def test_kimi_inspection_reads_only_headers(kimi_synthetic):
     """A traced run: the bytes read from the shards are exactly the header bytes."""
     code = (
-        "import os, sys; sys.path.insert(0, {!r})\n"
-        "total = 0\n"
+        "import multiprocessing, os, sys; sys.path.insert(0, {!r})\n"
+        "total = multiprocessing.Value('q', 0)\n"  # shared with the forked workers that read shards in parallel
         "real_fdopen = os.fdopen\n"
         "def counted(fd, mode='r', *a, **k):\n"  # shards are opened as descriptors (open_regular)
         "    f = real_fdopen(fd, mode, *a, **k)\n"
         "    if os.readlink(f'/proc/self/fd/{{fd}}').endswith('.safetensors'):\n"
         "        orig = f.read\n"
         "        def read(n=-1):\n"
-        "            global total\n"
-        "            b = orig(n); total += len(b); return b\n"
+        "            b = orig(n)\n"
+        "            with total.get_lock(): total.value += len(b)\n"
+        "            return b\n"
         "        f.read = read\n"
         "    return f\n"
         "os.fdopen = counted\n"
         "from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import inspect_local\n"
         "f = inspect_local({!r})\n"
-        "print(total, f['shard_bytes'] - f['tensor_bytes'])\n"
+        "print(total.value, f['shard_bytes'] - f['tensor_bytes'])\n"
     ).format(str(ROOT / "src"), str(kimi_synthetic))
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
     read, header_bytes = int(out[0]), int(out[1])
     assert read == header_bytes  # 8-byte prefixes + JSON headers, not one weight byte
+
+
+def test_shards_read_in_parallel_give_the_sequential_facts(kimi_synthetic, monkeypatch):
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import checkpoint
+
+    monkeypatch.setattr(checkpoint, "PARALLEL_SHARDS", 10**9)
+    sequential = inspect_local(str(kimi_synthetic))
+    monkeypatch.setattr(checkpoint, "PARALLEL_SHARDS", 2)
+    monkeypatch.setattr(checkpoint.os, "cpu_count", lambda: 2)
+    assert inspect_local(str(kimi_synthetic)) == sequential
+    assert sequential["num_tensors"] > 200_000 and sequential["only_experts_quantized"] is True
+
+
+def test_a_bad_shard_read_in_parallel_is_named_as_it_is_sequentially(kimi_synthetic, tmp_path, monkeypatch):
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import checkpoint
+
+    for p in kimi_synthetic.iterdir():  # the same checkpoint by links (its shards are large sparse files) ...
+        (tmp_path / p.name).symlink_to(p)
+    shards = sorted(p.name for p in kimi_synthetic.glob("*.safetensors"))
+    bad, later = shards[37], shards[50]  # ... but two shards with broken headers
+    for name in (bad, later):
+        (tmp_path / name).unlink()
+        (tmp_path / name).write_bytes(struct.pack("<Q", 12) + b"{not json}  ")
+    msgs = []
+    for threshold in (10**9, 2):
+        monkeypatch.setattr(checkpoint, "PARALLEL_SHARDS", threshold)
+        monkeypatch.setattr(checkpoint.os, "cpu_count", lambda: 2)
+        with pytest.raises(CheckpointError) as e:
+            inspect_local(str(tmp_path))
+        msgs.append(str(e.value))
+    assert msgs[0] == msgs[1] and msgs[0].startswith(f"{bad}: header is not valid JSON")
 
 
 def test_config_only_directory_gives_config_facts(tmp_path):

@@ -55,5 +55,7 @@ def test_the_defaults_role_and_the_deploy_steps_are_not_phases_of_their_own():
         return {"event": "runner_on_ok", "event_data": {"host": "a", "role": role, "play": play,
                                                           "start": "2026-01-01T00:00:01", "end": "2026-01-01T00:00:02"}}
     spans = phase_spans([evr("modelfleet", "Canary wave - x"), evr("modelfleet_deploy", "Switch - y"),
-                         evr("hf_fetch", "Distribute - z")])
-    assert [p for _, p, _, _ in spans] == ["Canary wave", "Switch", "fetch"]
+                         evr("hf_fetch", "Distribute - z"), evr("modelfleet.fleet.nvidia_env", "Switch - y"),
+                         evr("modelfleet.fleet.modelfleet_deploy", "Switch - y")])
+    # ansible-runner names a role by its short name (resolved_role holds the FQCN); an FQCN maps the same way
+    assert [p for _, p, _, _ in spans] == ["Canary wave", "Switch", "fetch", "environment", "Switch"]

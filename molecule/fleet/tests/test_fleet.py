@@ -221,7 +221,8 @@ def test_a_failed_wave_stopped_the_waves_after_it_and_named_itself():
 def test_full_rerun_with_the_fast_path_off_ran_every_step_and_changed_nothing():
     raw = _plain(open(os.path.join(EPHEMERAL, "full_rerun.out")).read())
     out = " ".join(raw.split())
-    assert "TASK [nvidia_env : " in out and "TASK [vllm_service : Wait for readiness" in out
+    assert "TASK [modelfleet.fleet.nvidia_env : " in out
+    assert "TASK [modelfleet.fleet.vllm_service : Wait for readiness" in out
     for h in PORTS:
         assert "changed=0" in _recap(raw)[h] and "failed=0" in _recap(raw)[h], _recap(raw)[h]
         assert _said(out, h, "full path: modelfleet_fast_path is off"), h

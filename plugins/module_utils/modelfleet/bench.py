@@ -3,7 +3,9 @@ checks, the knee of a sweep, and baseline gates. Pure functions over plain data;
 the records is bench_client.py.
 
 A request record (one streamed request) is a dict:
-    start, end          monotonic seconds
+    start, end          monotonic seconds; start is the request's scheduled arrival in an open-loop run (so the
+                        latency includes any wait for a client slot), else the moment it was sent
+    sent                when it went out (optional; sent - start is the client queue time)
     chunk_times         monotonic seconds of every streamed chunk that carried a generation step
     prompt_tokens       from the server's usage field
     completion_tokens   from the server's usage field
@@ -92,6 +94,7 @@ def point_metrics(records: list[dict], *, goodput_ttft_ms: float | None = None,
     t_last = max(r["end"] for r in records)
     duration = max(t_last - t_first, 1e-9)
     ttfts, tpots, itls, e2els, per_user = [], [], [], [], []
+    queues = [(r["sent"] - r["start"]) * 1000 for r in ok if "sent" in r]
     good = 0
     for r in ok:
         t = request_timings(r)
@@ -126,6 +129,8 @@ def point_metrics(records: list[dict], *, goodput_ttft_ms: float | None = None,
     m.update(_stats("tpot", tpots))
     m.update(_stats("itl", itls))
     m.update(_stats("e2el", e2els))
+    if queues:  # the time requests waited in the client before going out (included in ttft and e2el)
+        m.update(_stats("queue", queues))
     return m
 
 

@@ -86,13 +86,17 @@ def _is_token_step(chunk: dict, chat: bool) -> bool:
         d.get("role") and not d.get("content"))
 
 
-async def one_request(session, cfg: dict, prompt) -> dict:
+async def one_request(session, cfg: dict, prompt, scheduled: float | None = None) -> dict:
+    """One streamed request. Its latency is counted from `scheduled` (an open-loop arrival: the moment the user
+    asked) when given, else from now; `sent` is when it actually went out, so `sent - start` is the time it
+    waited in the client for a free slot - part of the latency the user sees, never hidden."""
     import aiohttp
 
     chat = cfg["endpoint"] == "chat"
     path = "/v1/chat/completions" if chat else "/v1/completions"
-    rec = {"start": time.perf_counter(), "end": 0.0, "chunk_times": [], "prompt_tokens": 0,
-           "completion_tokens": 0, "error": ""}
+    sent = time.perf_counter()
+    rec = {"start": sent if scheduled is None else scheduled, "sent": sent, "end": 0.0, "chunk_times": [],
+           "prompt_tokens": 0, "completion_tokens": 0, "error": ""}
     try:
         async with session.post(cfg["base_url"] + path, json=_payload(cfg, prompt), headers=_headers(cfg)) as r:
             if r.status != 200:
@@ -153,20 +157,27 @@ async def _drive(cfg: dict, prompts: list, concurrency: int | None, rate: float 
         ticker = asyncio.create_task(_lag_ticker(lags, stop))
         cpu0, wall0 = time.process_time(), time.perf_counter()
         if rate:
+            # Open loop: Poisson arrivals on an absolute schedule (a late event loop does not stretch it), and
+            # each request's latency counted from its scheduled arrival, including any wait for a client slot
+            # when a concurrency cap is given.
             rng = random.Random(cfg["seed"] + 7)
             sem = asyncio.Semaphore(concurrency) if concurrency else None
 
-            async def timed(p):
+            async def timed(p, scheduled):
                 if sem is None:
-                    records.append(await one_request(session, cfg, p))
+                    records.append(await one_request(session, cfg, p, scheduled))
                     return
                 async with sem:
-                    records.append(await one_request(session, cfg, p))
+                    records.append(await one_request(session, cfg, p, scheduled))
 
             tasks = []
+            arrival = time.perf_counter()
             for p in prompts:
-                tasks.append(asyncio.create_task(timed(p)))
-                await asyncio.sleep(rng.expovariate(rate))
+                delay = arrival - time.perf_counter()
+                if delay > 0:
+                    await asyncio.sleep(delay)
+                tasks.append(asyncio.create_task(timed(p, arrival)))
+                arrival += rng.expovariate(rate)
             await asyncio.gather(*tasks)
         else:
             queue = list(reversed(prompts))

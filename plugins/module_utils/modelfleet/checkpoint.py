@@ -164,8 +164,9 @@ def _tensor_kind(tname: str) -> str:
     return "other"
 
 
-def header_facts(headers: dict[str, dict], quant: dict) -> dict:
-    """Counts and sums over every tensor of every shard."""
+def partial_header_facts(headers: dict[str, dict], quant: dict) -> dict:
+    """The additive counts and sums over every tensor of `headers` (some or all shards): partials of different
+    shards add up (merge_header_facts), so shards can be counted apart, in parallel."""
     bits = quant.get("bits") or 0
     method = quant.get("method")
     bytes_by_dtype: dict[str, int] = {}
@@ -206,19 +207,35 @@ def header_facts(headers: dict[str, dict], quant: dict) -> dict:
                 if tname.endswith(".weight") and len(shape) >= 2:
                     unquantized += 1
                     unquantized_by_kind[kind] = unquantized_by_kind.get(kind, 0) + 1
-    return {
-        "num_tensors": tensors,
-        "quantized_tensors": quantized,
-        "unquantized_tensors": unquantized,
-        "quantized_by_kind": dict(sorted(quantized_by_kind.items())),
-        "unquantized_by_kind": dict(sorted(unquantized_by_kind.items())),
-        "only_experts_quantized": bool(quantized) and set(quantized_by_kind) == {"experts"},
-        "bytes_by_dtype": dict(sorted(bytes_by_dtype.items())),
-        "tensor_bytes": sum(bytes_by_dtype.values()),
-        "num_parameters": num_params,
-        "num_quant_metadata_elements": meta_elems,
-        "replicated_bytes": replicated,
-    }
+    return {"num_tensors": tensors, "quantized_tensors": quantized, "unquantized_tensors": unquantized,
+            "quantized_by_kind": quantized_by_kind, "unquantized_by_kind": unquantized_by_kind,
+            "bytes_by_dtype": bytes_by_dtype, "num_parameters": num_params,
+            "num_quant_metadata_elements": meta_elems, "replicated_bytes": replicated}
+
+
+def merge_header_facts(partials: list[dict]) -> dict:
+    """The facts of a whole checkpoint from the partials of its shards."""
+    total: dict = {"num_tensors": 0, "quantized_tensors": 0, "unquantized_tensors": 0, "quantized_by_kind": {},
+                   "unquantized_by_kind": {}, "bytes_by_dtype": {}, "num_parameters": 0,
+                   "num_quant_metadata_elements": 0, "replicated_bytes": 0}
+    for part in partials:
+        for k, v in part.items():
+            if isinstance(v, dict):
+                for kk, vv in v.items():
+                    total[k][kk] = total[k].get(kk, 0) + vv
+            else:
+                total[k] += v
+    for k in ("quantized_by_kind", "unquantized_by_kind", "bytes_by_dtype"):
+        total[k] = dict(sorted(total[k].items()))
+    total["only_experts_quantized"] = bool(total["quantized_tensors"]) and set(total["quantized_by_kind"]) == {
+        "experts"}
+    total["tensor_bytes"] = sum(total["bytes_by_dtype"].values())
+    return total
+
+
+def header_facts(headers: dict[str, dict], quant: dict) -> dict:
+    """Counts and sums over every tensor of every shard."""
+    return merge_header_facts([partial_header_facts(headers, quant)])
 
 
 def compatibility_warnings(facts: dict, compute_capability: str | None = None,
@@ -282,19 +299,25 @@ def _cross_check(weight_map: dict[str, str], headers: dict[str, dict]) -> None:
             raise CheckpointError(f"{INDEX_NAME}: tensor {t!r} is mapped to {shard} but that shard's header lacks it")
 
 
-def _assemble(config: dict, weight_map, headers, files, absent, revision, source) -> dict:
+def _assemble(config: dict, weight_map, headers, files, absent, revision, source, hfacts: dict | None = None,
+              shards_read: int | None = None) -> dict:
+    """The facts; the header facts come from `headers`, or ready-made in `hfacts` (with `shards_read` shards)."""
     facts = config_facts(config)
     facts["source"] = source
     facts["revision"] = revision
-    facts["num_shards"] = len(set(weight_map.values())) if weight_map else len(headers)
+    if shards_read is None:
+        shards_read = len(headers)
+    facts["num_shards"] = len(set(weight_map.values())) if weight_map else shards_read
     facts["files"] = files
     if absent:  # the weights are not here: their size is unknown, never the few bytes of config that are
         facts["total_bytes"] = facts["shard_bytes"] = None
     else:
         facts["total_bytes"] = sum(f["size"] for f in files if f.get("size") is not None)
         facts["shard_bytes"] = sum(f["size"] for f in files if f["name"].endswith(".safetensors") and f.get("size"))
-    if headers:
-        facts.update(header_facts(headers, facts["quantization"]))
+    if hfacts is None and headers:
+        hfacts = header_facts(headers, facts["quantization"])
+    if hfacts is not None:
+        facts.update(hfacts)
         q = facts["quantization"]
         q["quantized_tensors"] = facts["quantized_tensors"]
         q["unquantized_tensors"] = facts["unquantized_tensors"]
@@ -365,10 +388,12 @@ def _inspect_local_checked(path: str, revision: str | None) -> dict:
         shards = present
         if not shards:
             absent.append("no index and no *.safetensors files: shard facts are absent")
-    headers = {}
-    for s in shards:
-        headers[s], _dummy = read_local_header(os.path.join(path, s), s)
-    _cross_check(weight_map, headers)
+    quant = config_facts(config)["quantization"]
+    by_shard: dict[str, list[str]] = {s: [] for s in shards}
+    for t, shard in weight_map.items():
+        if shard in by_shard:
+            by_shard[shard].append(t)
+    hfacts = _shards_facts(path, shards, by_shard, quant) if shards else None
     lock_files = {f["name"]: f for f in (lock or {}).get("files", [])}
     files = []
     for name in sorted(os.listdir(path)):
@@ -376,7 +401,37 @@ def _inspect_local_checked(path: str, revision: str | None) -> dict:
         if name.startswith(".") or not os.path.isfile(p):  # isfile: regular files only (FIFOs are skipped)
             continue
         files.append({"name": name, "size": os.path.getsize(p), "sha256": lock_files.get(name, {}).get("sha256")})
-    return _assemble(config, weight_map, headers, files, absent, revision, {"kind": "local", "path": path})
+    return _assemble(config, weight_map, {}, files, absent, revision, {"kind": "local", "path": path}, hfacts,
+                     len(shards))
+
+
+# A checkpoint's shards are read and counted in worker processes when there are this many or more and the host
+# has more than one core: parsing ~200k tensor entries is CPU work (GIL-bound), and what comes back per shard is
+# a few counts, not its header.
+PARALLEL_SHARDS = 8
+
+
+def _shard_facts(path: str, shard: str, mapped: list[str], quant: dict) -> dict:
+    """One shard: its header read and validated, the index's tensors for it checked present, its partial facts."""
+    header, _dummy = read_local_header(os.path.join(path, shard), shard)
+    for t in mapped:
+        if t not in header:
+            raise CheckpointError(f"{INDEX_NAME}: tensor {t!r} is mapped to {shard} but that shard's header lacks it")
+    return partial_header_facts({shard: header}, quant)
+
+
+def _shards_facts(path: str, shards: list[str], by_shard: dict[str, list[str]], quant: dict) -> dict:
+    jobs = [(path, s, by_shard[s], quant) for s in shards]
+    workers = min(os.cpu_count() or 1, 4, len(shards))
+    if len(shards) < PARALLEL_SHARDS or workers < 2:
+        return merge_header_facts([_shard_facts(*j) for j in jobs])
+    import multiprocessing
+
+    # fork: the workers start at once with this module loaded; an error in any shard (the first in shard order
+    # is re-raised) is the same CheckpointError the sequential path raises
+    with multiprocessing.get_context("fork").Pool(workers) as pool:
+        results = [pool.apply_async(_shard_facts, j) for j in jobs]
+        return merge_header_facts([r.get() for r in results])
 
 
 def _read_lock(path: str) -> dict | None:
