@@ -85,20 +85,50 @@ def test_kimi_inspection_reads_only_headers(kimi_synthetic):
     assert read == header_bytes  # 8-byte prefixes + JSON headers, not one weight byte
 
 
-def test_shards_read_in_parallel_give_the_sequential_facts(kimi_synthetic, monkeypatch):
-    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import checkpoint
+INSPECT_IN = """
+import json, multiprocessing, os, sys
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import checkpoint
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import CheckpointError
+checkpoint.PARALLEL_SHARDS = int(sys.argv[2])
+checkpoint.os.cpu_count = lambda: 2
+forks = []
+real = multiprocessing.get_context
+multiprocessing.get_context = lambda m=None: forks.append(m) or real(m)
+if sys.argv[3] == "threaded":  # a thread started below the threading module, as execnet's are
+    import _thread, time
+    _thread.start_new_thread(time.sleep, (600,))
+try:
+    out = {"facts": checkpoint.inspect_local(sys.argv[1])}
+except CheckpointError as e:
+    out = {"error": str(e)}
+out["forks"] = forks
+print(json.dumps(out))
+"""
 
-    monkeypatch.setattr(checkpoint, "PARALLEL_SHARDS", 10**9)
-    sequential = inspect_local(str(kimi_synthetic))
-    monkeypatch.setattr(checkpoint, "PARALLEL_SHARDS", 2)
-    monkeypatch.setattr(checkpoint.os, "cpu_count", lambda: 2)
-    assert inspect_local(str(kimi_synthetic)) == sequential
-    assert sequential["num_tensors"] > 200_000 and sequential["only_experts_quantized"] is True
+
+def _inspect_in_a_process(path, threshold: int, threads: str = "single") -> dict:
+    """inspect_local in a fresh single-threaded process (as a module or the CLI runs it; pytest-xdist's workers
+    have threads, in which the shards are read in order), with a chosen parallel threshold and two cores."""
+    r = subprocess.run([sys.executable, "-c", INSPECT_IN, str(path), str(threshold), threads], capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    return json.loads(r.stdout)
 
 
-def test_a_bad_shard_read_in_parallel_is_named_as_it_is_sequentially(kimi_synthetic, tmp_path, monkeypatch):
-    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import checkpoint
+def test_shards_read_in_parallel_give_the_sequential_facts(kimi_synthetic):
+    sequential = _inspect_in_a_process(kimi_synthetic, 10**9)
+    parallel = _inspect_in_a_process(kimi_synthetic, 2)
+    assert sequential["forks"] == [] and parallel["forks"] == ["fork"]
+    assert parallel["facts"] == sequential["facts"]
+    assert sequential["facts"]["num_tensors"] > 200_000 and sequential["facts"]["only_experts_quantized"] is True
 
+
+def test_a_process_with_threads_never_forks_for_the_shards(kimi_synthetic):
+    threaded = _inspect_in_a_process(kimi_synthetic, 2, "threaded")
+    assert threaded["forks"] == [] and threaded["facts"] == _inspect_in_a_process(kimi_synthetic, 10**9)["facts"]
+
+
+def test_a_bad_shard_read_in_parallel_is_named_as_it_is_sequentially(kimi_synthetic, tmp_path):
     for p in kimi_synthetic.iterdir():  # the same checkpoint by links (its shards are large sparse files) ...
         (tmp_path / p.name).symlink_to(p)
     shards = sorted(p.name for p in kimi_synthetic.glob("*.safetensors"))
@@ -106,14 +136,10 @@ def test_a_bad_shard_read_in_parallel_is_named_as_it_is_sequentially(kimi_synthe
     for name in (bad, later):
         (tmp_path / name).unlink()
         (tmp_path / name).write_bytes(struct.pack("<Q", 12) + b"{not json}  ")
-    msgs = []
-    for threshold in (10**9, 2):
-        monkeypatch.setattr(checkpoint, "PARALLEL_SHARDS", threshold)
-        monkeypatch.setattr(checkpoint.os, "cpu_count", lambda: 2)
-        with pytest.raises(CheckpointError) as e:
-            inspect_local(str(tmp_path))
-        msgs.append(str(e.value))
-    assert msgs[0] == msgs[1] and msgs[0].startswith(f"{bad}: header is not valid JSON")
+    sequential = _inspect_in_a_process(tmp_path, 10**9)
+    parallel = _inspect_in_a_process(tmp_path, 2)
+    assert parallel["forks"] == ["fork"]
+    assert parallel["error"] == sequential["error"] and sequential["error"].startswith(f"{bad}: header is not valid")
 
 
 def test_config_only_directory_gives_config_facts(tmp_path):

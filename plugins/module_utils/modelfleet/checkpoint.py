@@ -420,10 +420,22 @@ def _shard_facts(path: str, shard: str, mapped: list[str], quant: dict) -> dict:
     return partial_header_facts({shard: header}, quant)
 
 
+def _single_threaded() -> bool:
+    """Whether this process runs one OS thread, counted by the kernel: threads started below the threading module
+    (pytest-xdist's execnet starts them so) do not show in threading.active_count(). Unknown (no /proc): no."""
+    try:
+        return len(os.listdir("/proc/self/task")) == 1
+    except OSError:
+        return False
+
+
 def _shards_facts(path: str, shards: list[str], by_shard: dict[str, list[str]], quant: dict) -> dict:
     jobs = [(path, s, by_shard[s], quant) for s in shards]
     workers = min(os.cpu_count() or 1, 4, len(shards))
-    if len(shards) < PARALLEL_SHARDS or workers < 2:
+    # Fork only from a single-threaded process: a child forked while another thread holds a lock (a logger's,
+    # the import lock) waits on it forever - found when the suite ran this under pytest-xdist (3 threads) and a
+    # worker hung. Module processes and the CLI are single-threaded; anything else reads the shards in order.
+    if len(shards) < PARALLEL_SHARDS or workers < 2 or not _single_threaded():
         return merge_header_facts([_shard_facts(*j) for j in jobs])
     import multiprocessing
 
