@@ -42,7 +42,7 @@ step "yamllint"
 yamllint -s .
 step "argument specs match defaults"
 python scripts/check_argument_specs.py
-# The slower checks (module docs, playbook syntax, ansible-lint, ansible-test sanity: about a minute) run first in the second lane
+# The slower checks (module docs, playbook syntax, ansible-lint: about half a minute) run first in the second lane
 # when molecule runs, beside molecule/fleet's start, instead of before it; their failure fails the run the
 # same way (and is printed at the end). With no scenario (--quick) they run here.
 slow_lint() {
@@ -58,15 +58,28 @@ slow_lint() {
   echo "playbook syntax: ok"
   ansible-lint --profile production --offline -q || { echo "ansible-lint: failed"; return 1; }
   echo "ansible-lint (production profile): ok"
-  # the collection as it ships, through ansible-test sanity (docs schema, pylint, pep8, imports, ...)
-  "$root/scripts/sanity.sh" >"$root/.cache/sanity.log" 2>&1 || { tail -n 40 "$root/.cache/sanity.log"; return 1; }
+}
+# The collection as it ships, through ansible-test sanity (docs schema, pylint, pep8, imports, ...): about
+# 35 CPU-seconds. In the two-lane run it comes after the second lane's pytest, on the core that lane would
+# otherwise leave idle while molecule/fleet ends, not beside molecule/fleet's start (where it lengthened
+# the critical path by 20-30 s; docs/testing.md).
+sanity() {
+  "$root/scripts/sanity.sh" >"$root/.cache/sanity.log" 2>&1 || { tail -n 40 "$root/.cache/sanity.log"; echo "ansible-test sanity: failed"; return 1; }
   tail -n 1 "$root/.cache/sanity.log"
 }
 run_slow_lint() {
   local start rc=0
   start=$(date +%s)
   slow_lint >"$root/.cache/lint.log" 2>&1 || rc=$?
-  echo "lint (ansible-doc, syntax, ansible-lint, ansible-test sanity) $(( $(date +%s) - start ))" >>"$root/.cache/test-timings"
+  echo "lint (ansible-doc, syntax, ansible-lint) $(( $(date +%s) - start ))" >>"$root/.cache/test-timings"
+  return $rc
+}
+run_sanity() {
+  local start rc=0
+  start=$(date +%s)
+  sanity >>"$root/.cache/lint.log" 2>&1 || rc=$?
+  echo "$rc" >"$root/.cache/sanity.rc"
+  echo "lint (ansible-test sanity, after the second lane's pytest) $(( $(date +%s) - start ))" >>"$root/.cache/test-timings"
   return $rc
 }
 
@@ -113,7 +126,7 @@ xdist=()
 # tail (on the core the finished lane left idle) and nothing is measured until this script writes
 # $quiet_file after the first lane has ended (tests/conftest.py waits for it).
 quiet_file="$root/.cache/quiet-machine"
-rm -f "$quiet_file" "$root/.cache/pytest-exclusive.rc"
+rm -f "$quiet_file" "$root/.cache/pytest-exclusive.rc" "$root/.cache/sanity.rc"
 pytest_exclusive() {
   local rc=0
   MODELFLEET_QUIET_FILE="$quiet_file" MODELFLEET_QUIET_PID=$$ \
@@ -138,13 +151,15 @@ for s in $scenarios; do
 done
 shared_rc=0 mol_rc=0 lint_rc=0
 if [ $(( ${#heavy[@]} + ${#rest[@]} )) = 0 ]; then
-  step "module docs, playbook syntax, ansible-lint"
+  step "module docs, playbook syntax, ansible-lint, ansible-test sanity"
   slow_lint
+  sanity
   step "pytest (all but exclusive)"
   pytest_shared "$@" || shared_rc=$?
 elif [ "${MODELFLEET_MOLECULE_LANES:-2}" = 1 ] || [ ${#heavy[@]} = 0 ] || [ ${#rest[@]} = 0 ]; then
-  step "module docs, playbook syntax, ansible-lint"
+  step "module docs, playbook syntax, ansible-lint, ansible-test sanity"
   slow_lint
+  sanity
   step "molecule (${#heavy[@]} + ${#rest[@]} scenarios, one lane), then pytest"
   run_lane "${heavy[@]}" "${rest[@]}" || mol_rc=1
   pytest_shared "$@" || shared_rc=$?
@@ -152,14 +167,16 @@ else
   step "molecule (${#heavy[@]} + ${#rest[@]} scenarios, 2 lanes: lint, the others, then pytest in the second)"
   run_lane "${heavy[@]}" & lane1=$!
   { run_slow_lint || exit 11; run_lane "${rest[@]}" || exit 1; r=0; pytest_shared "$@" || r=10
+    run_sanity || true  # its status is read from .cache/sanity.rc below
     pytest_exclusive "$@"; exit $r; } & lane2=$!
   wait "$lane1" || mol_rc=1
   lane1_end=$(date +%s)
   touch "$quiet_file"
   wait "$lane2" || { r=$?; case "$r" in 10) shared_rc=1 ;; 11) lint_rc=1 ;; *) mol_rc=1 ;; esac; }
+  if [ -s "$root/.cache/sanity.rc" ] && [ "$(cat "$root/.cache/sanity.rc")" != 0 ]; then lint_rc=1; fi
   [ -s "$root/.cache/pytest-exclusive.rc" ] \
     && echo "pytest (exclusive, after molecule/fleet) $(( $(date +%s) - lane1_end ))" >>"$root/.cache/test-timings"
-  printf '\n== module docs, playbook syntax, ansible-lint (second lane) ==\n'
+  printf '\n== module docs, playbook syntax, ansible-lint, ansible-test sanity (second lane) ==\n'
   cat "$root/.cache/lint.log"
 fi
 
@@ -168,7 +185,7 @@ printf '\n== time per step (set-up %d s) ==\n' "$(( t0 - setup_start ))"
 printf '%s\n' "${timings[@]}"
 [ -s "$root/.cache/test-timings" ] && sed 's/^\(molecule\|pytest\|lint\) \(.*\) \([0-9]*\)$/  \1 \2: \3 s/' "$root/.cache/test-timings"
 if [ "$lint_rc" != 0 ]; then
-  echo "lint: module docs, playbook syntax or ansible-lint failed (report above)"
+  echo "lint: module docs, playbook syntax, ansible-lint or ansible-test sanity failed (report above)"
   exit 1
 fi
 if [ "$mol_rc" != 0 ]; then
