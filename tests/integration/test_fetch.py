@@ -261,6 +261,43 @@ def test_stall_watchdog_restarts_then_fails_clearly(slow_hub, tmp_path):
     assert json.load(open(paths["status"]))["state"] == "failed"
 
 
+ROLE_PLAY = """
+- hosts: localhost
+  gather_facts: false
+  tasks:
+    - ansible.builtin.include_role:
+        name: modelfleet.fleet.hf_fetch
+      vars:
+        hf_fetch_repo_id: {repo}
+        hf_fetch_revision: v1
+        hf_fetch_root: {root}
+        hf_fetch_endpoint: {endpoint}
+        hf_fetch_venv: {venv}
+        hf_fetch_stall_seconds: 2
+        hf_fetch_max_stalls: 1
+        hf_fetch_poll_seconds: 1
+"""
+
+
+def test_the_role_fails_with_the_downloads_own_reason(slow_hub, tmp_path):
+    """The role watches the detached download with async_status; when the download fails, the play fails with
+    the download's own message (a failed_when on the watch once hid it: the play went on to a vaguer error)."""
+    hub = slow_hub
+    hub.extra["stall_file"].write_text("")
+    root = tmp_path / "models"
+    play = tmp_path / "play.yml"
+    # the fetch venv is this one (it holds the pinned huggingface_hub, so the role installs nothing)
+    play.write_text(ROLE_PLAY.format(repo=TINY_REPO, root=root, endpoint=hub.url, venv=sys.prefix))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    r = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play),
+                        "-e", f"ansible_python_interpreter={sys.executable}"], capture_output=True, text=True,
+                       cwd=ROOT, env=env)
+    out = " ".join((r.stdout + r.stderr).split())
+    assert r.returncode != 0, out[-2000:]
+    assert "hf_fetch on localhost: " in out and "stalled or failed 2 times" in out, out[-3000:]
+    assert not list(root.glob("*/*/.modelfleet/complete"))
+
+
 @pytest.mark.parametrize("repo,rev,needle", [
     ("modelfleet-test/nope", "main", "repository not found"),
     (TINY_REPO, "no-such-branch", "revision 'no-such-branch' not found"),

@@ -76,6 +76,38 @@ def test_each_model_is_complete_on_the_hosts_that_served_it_and_nowhere_else(hos
         assert (out.rc == 0) == (_name(host) in where), f"{_name(host)}: {repo} {out.rc}"
 
 
+def test_every_file_on_every_host_matches_the_lock_and_came_host_to_host(host):
+    """Peer distribution (issue 23): every file of every complete model hashes to its lock entry on every host;
+    the hosts that received a model got it host to host (fleet-3 from fleet-2, its parent in the chain, for the
+    first deploy), and no transfer key is left on any host."""
+    name = _name(host)
+    for repo in ("modelfleet-test--tiny-llama", "modelfleet-test--tiny-llama-b"):
+        out = host.run(f"ls -d /models/{repo}/*/.modelfleet/complete")
+        if out.rc != 0:
+            continue
+        final = out.stdout.strip().rsplit("/.modelfleet/", 1)[0]
+        lock = json.loads(host.file(f"{final}/.modelfleet/lock.json").content_string)
+        for f in lock["files"]:
+            path = f"{final}/{f['name']}"
+            if f.get("sha256"):
+                got, want = host.run(f"sha256sum {path}").stdout.split()[0], f["sha256"]
+            else:  # a small git file: its blob id, sha1 of "blob <size>\0" + the bytes, as git computes it
+                blob = f"{{ printf 'blob %d\\0' $(stat -c %s {path}); cat {path}; }} | sha1sum"
+                got = host.run(blob).stdout.split()[0]
+                want = f["blob_id"]
+            assert got == want, (name, f["name"], got, want)
+        status = json.loads(host.file(f"/models/.status/{repo}@{lock['revision']}.json").content_string)
+        if name == "fleet-1":  # the canary took both models from the hub
+            assert status.get("via") != "peer", status
+        else:
+            assert status["via"] == "peer" and status["state"] == "complete", status
+            want = {"fleet-2": ["fleet-1"], "fleet-3": ["fleet-2"]}[name]
+            assert status["sources"] == want and status["dropped"] == [], (name, repo, status)
+    keys = host.run("cat /var/lib/modelfleet-peer/.ssh/authorized_keys 2>/dev/null").stdout
+    assert "ssh-ed25519" not in keys and "modelfleet peer" not in keys, keys
+    assert host.run("find /run/modelfleet-peer -type f 2>/dev/null").stdout.strip() == ""
+
+
 def _plain(text):
     return re.sub(r"\x1b\[[0-9;]*m", "", text)
 

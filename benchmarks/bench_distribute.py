@@ -1,0 +1,188 @@
+"""Distribution time to N hosts over rate-limited links (issue 23): the controller relay, the star (direct) and
+the peer chain side by side, on the emulated fleet (scripts/netfleet.sh: each host in its own network namespace
+behind a tbf-limited link, reached over SSH on its own address), with the physical limit beside them.
+
+    python benchmarks/bench_distribute.py [--hosts 1 2 4 8] [--rate-mbit 200] [--model-mb 256] [--files 16]
+                                          [--modes controller direct peer] [--plot docs/img/distribute.png]
+
+The origin holds the verified model (placed with podman cp: its own download is not what is measured); each run
+is the hf_fetch role as a deploy runs it (benchmarks/distribute.yml), the receivers emptied before each. Printed
+per run: wall time of the play, that time over one copy's physical limit (model bytes / link rate), the bytes
+the controller's own link carried, and every receiver's files checked against the lock. Asserts nothing."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import (  # noqa: E402
+    build_lock,
+    finalize,
+    hub_listing,
+    model_paths,
+)
+
+from modelfleet.harness.hub_repo import publish  # noqa: E402
+from modelfleet.harness.servers import start_hub  # noqa: E402
+
+REPO = "bench/distribute"
+CTL_IF = "mfnet-c"
+PULL_LINE = r"received \d+ bytes \(\d+ files kept from before\) in ([\d.]+) s"
+
+
+def sh(*cmd, **kw):
+    return subprocess.run(cmd, check=True, text=True, capture_output=True, **kw).stdout
+
+
+def ctl_bytes() -> tuple[int, int]:
+    s = Path(f"/sys/class/net/{CTL_IF}/statistics")
+    return int((s / "tx_bytes").read_text()), int((s / "rx_bytes").read_text())
+
+
+def make_model(work: Path, mb: int, files: int) -> Path:
+    model = work / "model"
+    model.mkdir(parents=True, exist_ok=True)
+    per = mb * 1_000_000 // files
+    for i in range(files):
+        p = model / f"model-{i + 1:05d}-of-{files:05d}.safetensors"
+        with open(p, "wb") as f:
+            f.write(os.urandom(per))
+    (model / "config.json").write_text(json.dumps({"model_type": "bench", "files": files}))
+    return model
+
+
+def ssh(addr: str, cmd: str) -> str:
+    key = ROOT / ".cache" / "ssh" / "id_ed25519"
+    return sh("ssh", "-i", str(key), "-o", "StrictHostKeyChecking=no", "-o", "UserKnownHostsFile=/dev/null",
+              "-o", "LogLevel=ERROR", f"root@{addr}", cmd)
+
+
+def check_hashes(hosts: list[tuple[str, str]], lock: dict) -> str:
+    final = model_paths("/models", lock["repo_id"], lock["revision"])["final"]
+    want = {f["name"]: f["sha256"] for f in lock["files"] if f.get("sha256")}
+    for name, _addr in hosts:
+        out = sh("podman", "exec", name, "sh", "-c", f"cd {final} && sha256sum " + " ".join(sorted(want)))
+        got = {line.split()[1]: line.split()[0] for line in out.splitlines()}
+        if got != want:
+            return f"{name}: files differ from the lock"
+        if sh("podman", "exec", name, "sh", "-c", f"test -e {final}/.modelfleet/complete && echo ok").strip() != "ok":
+            return f"{name}: not marked complete"
+    return "every file on every receiver matches the lock"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--hosts", type=int, nargs="+", default=[1, 2, 4, 8], help="receiving hosts (N)")
+    ap.add_argument("--rate-mbit", type=int, default=200)
+    ap.add_argument("--model-mb", type=int, default=256)
+    ap.add_argument("--files", type=int, default=16)
+    ap.add_argument("--modes", nargs="+", default=["controller", "direct", "peer"])
+    ap.add_argument("--plot", default="")
+    ap.add_argument("--json", default="")
+    ap.add_argument("--keep", action="store_true", help="leave the last emulated fleet up (to look at a failure)")
+    a = ap.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="mf-bench-distribute-"))
+    model = make_model(work, a.model_mb, a.files)
+    published = publish(model, work / "mirrors", REPO)
+    srv = start_hub(work / "mirrors", work)
+    results = []
+    env = {**os.environ, "ANSIBLE_CONFIG": str(ROOT / "ansible.cfg"), "ANSIBLE_HOST_KEY_CHECKING": "False"}
+    try:
+        commit, files = hub_listing(REPO, "main", srv.url, None)
+        lock = build_lock(REPO, "main", commit, files, [], srv.url)
+        paths = model_paths(str(work / "origin"), REPO, commit)
+        os.makedirs(paths["staging"])
+        repo_tree = Path(published["path"])
+        for f in lock["files"]:  # the weights from the model folder, the small files from the hub repo's tree
+            src = model / f["name"] if f["name"].endswith(".safetensors") else repo_tree / f["name"]
+            (Path(paths["staging"]) / f["name"]).write_bytes(src.read_bytes())
+        finalize(paths["staging"], paths["final"], lock)
+        total = lock["total_bytes"]
+        one_copy = total * 8 / (a.rate_mbit * 1e6)
+        print(f"model {total / 1e6:.0f} MB in {len(lock['files'])} files; links {a.rate_mbit} Mbit/s each way; "
+              f"one copy's physical limit {one_copy:.1f} s")
+        for n in a.hosts:
+            sh(str(ROOT / "scripts" / "netfleet.sh"), "up", str(n + 1), str(a.rate_mbit))
+            hosts = [tuple(line.split()) for line in (ROOT / ".cache" / "netfleet" / "hosts").read_text().splitlines()]
+            origin = hosts[0][0]
+            rel = os.path.relpath(paths["final"], str(work / "origin"))
+            sh("podman", "exec", origin, "mkdir", "-p", f"/models/{os.path.dirname(rel)}")
+            sh("podman", "cp", paths["final"], f"{origin}:/models/{rel}")
+            inv = work / f"inventory-{n}.yml"
+            inv.write_text(sh(str(ROOT / "scripts" / "netfleet.sh"), "inventory"))
+            for mode in a.modes:
+                for h, _addr in hosts[1:]:
+                    sh("podman", "exec", h, "rm", "-rf", "/models")
+                key = ROOT / ".cache" / "ssh" / "id_ed25519"
+                if mode == "direct":  # the star's precondition: the origin holds a key the hosts accept (here the
+                    # harness key, at the path the inventory names), removed after its run
+                    sh("podman", "exec", origin, "mkdir", "-p", str(key.parent))
+                    sh("podman", "cp", str(key), f"{origin}:{key}")
+                relay = work / f"relay-{mode}-{n}"
+                tx0, rx0 = ctl_bytes()
+                t = time.monotonic()
+                p = subprocess.run(["ansible-playbook", "-i", str(inv), str(ROOT / "benchmarks" / "distribute.yml"),
+                                    "-e", f"repo_id={REPO} endpoint={srv.url} origin={origin} via={mode} "
+                                          f"relay_dir={relay}"], env=env, capture_output=True, text=True, check=False)
+                wall = time.monotonic() - t
+                if mode == "direct":
+                    sh("podman", "exec", origin, "rm", "-f", str(key))
+                tx1, rx1 = ctl_bytes()
+                log = work / f"play-{mode}-{n}.log"
+                log.write_text(p.stdout + p.stderr)
+                if p.returncode != 0:
+                    print(p.stdout[-3000:], p.stderr[-2000:])
+                    raise SystemExit(f"{mode} to {n} hosts failed (the whole play: {log})")
+                check = check_hashes(hosts[1:], lock)
+                # peer: the last receiver's own pull time (its report line), without the play's set-up steps
+                pulls = [float(x) for x in re.findall(PULL_LINE, " ".join(p.stdout.split()))]
+                r = {"mode": mode, "hosts": n, "seconds": wall, "over_one_copy": wall / one_copy,
+                     "controller_tx": tx1 - tx0, "controller_rx": rx1 - rx0, "check": check,
+                     "slowest_pull_s": max(pulls) if pulls else None}
+                results.append(r)
+                extra = f" (slowest pull {max(pulls):.1f} s = {max(pulls) / one_copy:4.2f} x)" if pulls else ""
+                print(f"  N={n:<2} {mode:<10} {wall:7.1f} s = {wall / one_copy:5.2f} x one copy{extra}; controller "
+                      f"link carried {(tx1 - tx0 + rx1 - rx0) / 1e6:8.1f} MB, {(tx1 - tx0) / 1e6:.1f} MB of it sent "
+                      f"({100 * (tx1 - tx0 + rx1 - rx0) / total:6.2f}% of the model); {check}", flush=True)
+                if mode == "controller":
+                    sh("rm", "-rf", str(relay))
+    finally:
+        srv.stop()
+        if not a.keep:
+            subprocess.run([str(ROOT / "scripts" / "netfleet.sh"), "down"], check=False)
+    if a.json:
+        Path(a.json).write_text(json.dumps({"rate_mbit": a.rate_mbit, "model_bytes": total, "one_copy_s": one_copy,
+                                            "results": results}, indent=1))
+    if a.plot:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+
+        fig, ax = plt.subplots(figsize=(6.4, 4.2))
+        for mode in a.modes:
+            pts = [(r["hosts"], r["seconds"]) for r in results if r["mode"] == mode]
+            ax.plot([x for x, _ in pts], [y for _, y in pts], marker="o", label=mode)
+        ax.axhline(one_copy, color="grey", linestyle="--", label="one copy at link rate")
+        ax.set_xlabel("receiving hosts (N)")
+        ax.set_ylabel("seconds (whole play)")
+        ax.set_title(f"{total / 1e6:.0f} MB to N hosts, {a.rate_mbit} Mbit/s links")
+        ax.set_xticks(a.hosts)
+        ax.legend()
+        fig.tight_layout()
+        fig.savefig(a.plot, dpi=110)
+        print(f"plot: {a.plot}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

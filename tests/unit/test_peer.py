@@ -1,0 +1,259 @@
+"""Peer distribution (issue 23): the chain/tree rule, and real pulls with the real rsync between folders that stand
+for hosts (the SSH transport and rrsync are exercised by molecule/fleet and benchmarks/bench_distribute.py): a file
+is served onwards only once verified, a child starts a file as soon as its parent has it, a bad copy is caught and
+its source dropped, a stalled source is left for the next, a killed pull resumes, and only a tree whose files
+still match their records is marked complete."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import threading
+import time
+
+import pytest
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import peer
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import (
+    build_lock,
+    finalize,
+    is_complete,
+    model_paths,
+)
+
+COMMIT = "57acd6fa976d1848528c6ee94458c99f479b17bf"
+REPO = "org/tiny"
+
+
+def test_chain_gives_each_host_its_parent_then_the_ancestors_up_to_the_origin():
+    assert peer.plan("o", ["a", "b", "c"]) == {"a": ["o"], "b": ["a", "o"], "c": ["b", "a", "o"]}
+
+
+def test_tree_of_fanout_two():
+    got = peer.plan("o", ["a", "b", "c", "d", "e"], fanout=2)
+    assert got == {"a": ["o"], "b": ["o"], "c": ["a", "o"], "d": ["a", "o"], "e": ["b", "o"]}
+    assert peer.served_by(got) == {"o": ["a", "b", "c", "d", "e"], "a": ["c", "d"], "b": ["e"]}
+
+
+@pytest.mark.parametrize("fanout", [0, -1, True, "2", 1.5])
+def test_bad_fanout_is_refused(fanout):
+    with pytest.raises(peer.PeerError, match="fanout must be an integer >= 1"):
+        peer.plan("o", ["a"], fanout=fanout)
+
+
+def test_a_host_twice_is_refused():
+    with pytest.raises(peer.PeerError, match="'o' appears twice"):
+        peer.plan("o", ["a", "o"])
+    with pytest.raises(peer.PeerError, match="'a' appears twice"):
+        peer.plan("o", ["a", "a"])
+
+
+def test_sources_name_each_host_as_the_others_reach_it_and_only_the_origin_complete():
+    reach = {"o": {"address": "10.0.0.1", "port": "2222", "root": "/models"},
+             "a": {"address": "10.0.0.2", "port": 22, "root": "/srv/models"}}
+    got = peer.source_entries(["a", "o"], reach, "modelfleet-peer", "o")
+    assert got == [
+        {"host": "a", "address": "10.0.0.2", "port": 22, "user": "modelfleet-peer", "root": "/srv/models",
+         "complete": False},
+        {"host": "o", "address": "10.0.0.1", "port": 2222, "user": "modelfleet-peer", "root": "/models",
+         "complete": True}]
+
+
+@pytest.mark.parametrize("reach,needle", [
+    ({}, "has no address and models root"),
+    ({"a": {"address": "", "root": "/models"}}, "has no address"),
+    ({"a": {"address": "h", "root": "/models", "port": "ssh"}}, "port 'ssh' is not a number"),
+])
+def test_a_source_that_cannot_be_reached_is_named(reach, needle):
+    with pytest.raises(peer.PeerError, match=needle):
+        peer.source_entries(["a"], reach, "u", "o")
+
+
+def test_a_control_folder_too_long_for_a_socket_is_refused_before_any_transfer(tmp_path):
+    lock = {"repo_id": REPO, "revision": COMMIT, "files": [], "total_bytes": 0}
+    src = {"host": "a", "address": "10.0.0.2", "root": "/models", "ssh": {"control_dir": "/run/" + "x" * 60}}
+    with pytest.raises(peer.PeerError, match="108-byte limit"):
+        peer.pull(root=str(tmp_path), lock=lock, sources=[src])
+    assert not (tmp_path / ".staging").exists()
+
+
+def test_ssh_command_confines_to_the_key_known_hosts_and_relative_paths():
+    src = {"host": "h1", "address": "10.0.0.1", "port": 2222, "user": "modelfleet-peer", "root": "/models"}
+    cmd = peer.rsync_command(src, "org--m/c/f.bin", "/tmp/x", key="/run/k", known_hosts="/run/kh", control_dir="/run/c")
+    assert cmd[0] == "rsync" and "--append-verify" in cmd
+    assert cmd[-2:] == ["modelfleet-peer@10.0.0.1:org--m/c/f.bin", "/tmp/x"]
+    ssh = cmd[cmd.index("-e") + 1]
+    for part in ("-p 2222", "-i /run/k", "UserKnownHostsFile=/run/kh", "StrictHostKeyChecking=yes", "BatchMode=yes",
+                 "ControlPath=/run/c/%C"):
+        assert part in ssh
+
+
+# --------------------------------------------------------------------------- real pulls between folders
+def _origin(tmp_path, sizes=(300_000, 5, 70_000, 1)):
+    """A complete model on an 'origin' folder, and its lock."""
+    root = str(tmp_path / "origin")
+    files = []
+    staging = model_paths(root, REPO, COMMIT)["staging"]
+    os.makedirs(os.path.join(staging, "sub"), exist_ok=True)
+    for i, n in enumerate(sizes):
+        name = f"sub/f{i}.bin" if i == 2 else f"f{i}.safetensors"
+        data = os.urandom(n)
+        with open(os.path.join(staging, name), "wb") as f:
+            f.write(data)
+        files.append({"name": name, "size": n, "sha256": hashlib.sha256(data).hexdigest()})
+    lock = build_lock(REPO, "main", COMMIT, files, [], "http://hub")
+    finalize(staging, model_paths(root, REPO, COMMIT)["final"], lock)
+    return root, lock
+
+
+def _src(host, root, complete=False):
+    return {"host": host, "address": "", "root": root, "complete": complete}
+
+
+def _files(root, lock, where="staging"):
+    base = model_paths(root, REPO, COMMIT)[where]
+    return {e["name"]: open(os.path.join(base, e["name"]), "rb").read() for e in lock["files"]}
+
+
+def test_pull_from_the_origin_verifies_records_and_finalizes(tmp_path):
+    oroot, lock = _origin(tmp_path)
+    root = str(tmp_path / "a")
+    res = peer.pull(root=root, lock=lock, sources=[_src("o", oroot, complete=True)], poll_seconds=0.05)
+    assert res["bytes_moved"] == lock["total_bytes"] and res["sources"] == ["o"] and res["dropped"] == []
+    st = json.load(open(model_paths(root, REPO, COMMIT)["status"]))
+    assert st["state"] == "received" and st["verified"] == sorted(e["name"] for e in lock["files"])
+    assert _files(root, lock) == _files(oroot, lock, "final")
+    out = peer.finalize_recorded(root=root, lock=lock)
+    assert out["bytes_hashed"] == 0, "every file was hashed once, as it arrived"
+    assert is_complete(model_paths(root, REPO, COMMIT)["final"], COMMIT)
+    st = json.load(open(model_paths(root, REPO, COMMIT)["status"]))
+    assert st["state"] == "complete" and st["via"] == "peer" and st["sources"] == ["o"] and st["dropped"] == []
+
+
+def test_a_chain_is_pipelined_child_takes_files_from_its_parent_as_they_are_verified(tmp_path):
+    oroot, lock = _origin(tmp_path)
+    aroot, broot = str(tmp_path / "a"), str(tmp_path / "b")
+    seen_by_b = []
+    slow = peer.run_rsync
+
+    a_ends = []
+
+    def a_rsync(cmd, timeout):  # the parent receives slowly, so the child must wait on its status
+        time.sleep(0.3)
+        r = slow(cmd, timeout)
+        a_ends.append(time.monotonic())
+        return r
+
+    def b_rsync(cmd, timeout):
+        if "status-" not in cmd[-1]:
+            seen_by_b.append((time.monotonic(), cmd[-2]))
+        return slow(cmd, timeout)
+
+    out = {}
+    ta = threading.Thread(target=lambda: out.setdefault("a", peer.pull(
+        root=aroot, lock=lock, sources=[_src("o", oroot, True)], poll_seconds=0.02, rsync=a_rsync)))
+    ta.start()
+    res_b = peer.pull(root=broot, lock=lock, sources=[_src("a", aroot), _src("o", oroot, True)],
+                      poll_seconds=0.02, stall_seconds=5, rsync=b_rsync)
+    ta.join()
+    assert res_b["sources"] == ["a"], "the child took every file from its parent, none from the origin"
+    assert all(aroot in src for _t, src in seen_by_b)
+    assert _files(broot, lock) == _files(oroot, lock, "final")
+    # pipelined: the child started its first file before the parent had its last, in the lock's order
+    assert seen_by_b[0][0] < a_ends[-1]
+    assert [src.rsplit("/", 1)[-1] for _t, src in seen_by_b] == [e["name"].rsplit("/", 1)[-1] for e in lock["files"]]
+
+
+def test_a_flipped_byte_at_the_source_is_caught_and_never_served_onwards(tmp_path):
+    oroot, lock = _origin(tmp_path)
+    bad_root = str(tmp_path / "bad")
+    bad_staging = model_paths(bad_root, REPO, COMMIT)["staging"]
+    os.makedirs(os.path.dirname(bad_staging), exist_ok=True)
+    import shutil
+    shutil.copytree(model_paths(oroot, REPO, COMMIT)["final"], bad_staging)
+    victim = lock["files"][2]["name"]
+    with open(os.path.join(bad_staging, victim), "r+b") as f:
+        b = f.read(1)
+        f.seek(0)
+        f.write(bytes([b[0] ^ 0x01]))
+    # the bad peer claims every file verified (what a disk error after verification looks like)
+    peer_status = model_paths(bad_root, REPO, COMMIT)["status"]
+    os.makedirs(os.path.dirname(peer_status), exist_ok=True)
+    json.dump({"state": "receiving", "revision": COMMIT, "verified": [e["name"] for e in lock["files"]],
+               "updated_at": 1}, open(peer_status, "w"))
+    root = str(tmp_path / "c")
+    res = peer.pull(root=root, lock=lock, sources=[_src("bad", bad_root), _src("o", oroot, True)], poll_seconds=0.02)
+    assert [d["host"] for d in res["dropped"]] == ["bad"]
+    why = res["dropped"][0]["reason"]
+    assert f"it served {victim} with sha256" in why and "the copy there is bad" in why
+    assert _files(root, lock) == _files(oroot, lock, "final")
+
+    # with the bad peer as the only source: nothing bad is kept, the error names the file and the host
+    root2 = str(tmp_path / "d")
+    with pytest.raises(peer.PeerError) as e:
+        peer.pull(root=root2, lock=lock, sources=[_src("bad", bad_root)], poll_seconds=0.02)
+    msg = str(e.value)
+    assert f"no source left to pull {victim}" in msg and "bad: it served" in msg and "rerun" in msg
+    staging2 = model_paths(root2, REPO, COMMIT)["staging"]
+    assert not os.path.exists(os.path.join(staging2, victim))
+    st = json.load(open(model_paths(root2, REPO, COMMIT)["status"]))
+    assert st["state"] == "failed" and victim not in st["verified"]
+    assert not is_complete(model_paths(root2, REPO, COMMIT)["final"], COMMIT)
+
+
+def test_a_source_that_makes_no_progress_is_left_for_the_next(tmp_path):
+    oroot, lock = _origin(tmp_path)
+    stuck = str(tmp_path / "stuck")
+    st_path = model_paths(stuck, REPO, COMMIT)["status"]
+    os.makedirs(os.path.dirname(st_path), exist_ok=True)
+    json.dump({"state": "receiving", "revision": COMMIT, "verified": [], "updated_at": 7}, open(st_path, "w"))
+    root = str(tmp_path / "e")
+    t = time.monotonic()
+    res = peer.pull(root=root, lock=lock, sources=[_src("stuck", stuck), _src("o", oroot, True)],
+                    poll_seconds=0.05, stall_seconds=0.5)
+    assert time.monotonic() - t >= 0.5
+    assert res["dropped"] == [{"host": "stuck", "reason": "it made no progress for 0.5 s"}]
+    assert res["sources"] == ["o"]
+    # an unreadable source (no status at all: host down) is dropped at once
+    res2 = peer.pull(root=str(tmp_path / "f"), lock=lock,
+                     sources=[_src("gone", str(tmp_path / "nowhere")), _src("o", oroot, True)], poll_seconds=0.05)
+    assert res2["dropped"][0]["host"] == "gone" and "could not be read" in res2["dropped"][0]["reason"]
+
+
+def test_a_killed_pull_resumes_keeping_verified_files_and_a_partial_one(tmp_path):
+    oroot, lock = _origin(tmp_path)
+    root = str(tmp_path / "g")
+    first, big = lock["files"][1], lock["files"][0]
+    staging = model_paths(root, REPO, COMMIT)["staging"]
+    os.makedirs(os.path.join(staging, ".cache", "peer", "files"), exist_ok=True)
+    ofinal = model_paths(oroot, REPO, COMMIT)["final"]
+    # a verified file (no record: hashed again and kept), a corrupt one (removed), half of the big one in flight
+    open(os.path.join(staging, first["name"]), "wb").write(open(os.path.join(ofinal, first["name"]), "rb").read())
+    third = lock["files"][3]
+    open(os.path.join(staging, third["name"]), "wb").write(b"\x00" * third["size"] if third["size"] else b"")
+    data = open(os.path.join(ofinal, big["name"]), "rb").read()
+    open(os.path.join(staging, ".cache", "peer", "files", big["name"]), "wb").write(data[: len(data) // 2])
+    moved = []
+
+    def rsync(cmd, timeout):
+        moved.append(cmd[-2])
+        return peer.run_rsync(cmd, timeout)
+
+    res = peer.pull(root=root, lock=lock, sources=[_src("o", oroot, True)], rsync=rsync)
+    names = [m.rsplit("/", 1)[-1] for m in moved]
+    assert os.path.basename(first["name"]) not in names, "a verified file was fetched again"
+    assert res["kept"] == 1 and res["bytes_moved"] == lock["total_bytes"] - first["size"]
+    assert _files(root, lock) == _files(oroot, lock, "final")
+
+
+def test_finalize_refuses_a_file_changed_after_it_was_verified(tmp_path):
+    oroot, lock = _origin(tmp_path)
+    root = str(tmp_path / "h")
+    peer.pull(root=root, lock=lock, sources=[_src("o", oroot, True)])
+    p = os.path.join(model_paths(root, REPO, COMMIT)["staging"], lock["files"][0]["name"])
+    with open(p, "r+b") as f:
+        f.write(b"X")
+    os.utime(p, ns=(1, 1))
+    with pytest.raises(peer.PeerError, match="nothing was marked complete"):
+        peer.finalize_recorded(root=root, lock=lock)
+    assert not is_complete(model_paths(root, REPO, COMMIT)["final"], COMMIT)
