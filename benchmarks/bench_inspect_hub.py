@@ -2,6 +2,9 @@
 the local hub server with a fixed latency per request, the shard headers read one at a time and several at once.
 
     python benchmarks/bench_inspect_hub.py [--shards 32] [--latency 0.1] [--parallel 1 8]
+    python benchmarks/bench_inspect_hub.py --kimi [--latency 0.1]    the 64-shard Kimi-K2.5 INT4 layout:
+        shape-faithful headers (~330 KB each) of sparse shards (595 GB apparent); the hub holds the
+        headers and serves the real sizes
 
 Prints figures; asserts nothing (targets belong here, not in timed tests)."""
 
@@ -19,7 +22,10 @@ from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkp
 
 from modelfleet.harness.hub_repo import publish  # noqa: E402
 from modelfleet.harness.servers import hub_reset, hub_stats, start_hub  # noqa: E402
+from modelfleet.harness.synthetic import write_checkpoint  # noqa: E402
 from modelfleet.harness.tiny_model import build  # noqa: E402
+
+CK = ROOT / "tests" / "fixtures" / "checkpoints"
 
 
 def main() -> int:
@@ -27,16 +33,25 @@ def main() -> int:
     ap.add_argument("--shards", type=int, default=32)
     ap.add_argument("--latency", type=float, default=0.1, help="seconds the hub waits before each request")
     ap.add_argument("--parallel", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--kimi", action="store_true", help="the Kimi-K2.5 INT4 layout (64 shards, real-size headers)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mf-bench-inspect-hub-"))
-    build(work / "model", seed=0, shards=a.shards, name="tiny-many")
-    publish(work / "model", work / "mirrors", "bench/tiny-many")
+    if a.kimi:
+        info = write_checkpoint(CK / "kimi-k2.5-tensor-inventory.md", CK / "kimi-k2.5-config.json", work / "model")
+        heads = [int.from_bytes(open(p, "rb").read(8), "little") + 8 for p in (work / "model").glob("*.safetensors")]
+        lo, hi = min(heads) / 1e3, max(heads) / 1e3
+        print(f"Kimi-K2.5 INT4 layout: {info['shards']} shards, headers {lo:.0f}-{hi:.0f} KB "
+              f"(mean {sum(heads) / len(heads) / 1e3:.0f} KB)")
+        publish(work / "model", work / "mirrors", "bench/tiny-many", sparse_head=max(heads) + 4096)
+    else:
+        build(work / "model", seed=0, shards=a.shards, name="tiny-many")
+        publish(work / "model", work / "mirrors", "bench/tiny-many")
     latency = work / "latency"
     srv = start_hub(work / "mirrors", work, latency_file=str(latency))
     try:
-        inspect_hub("bench/tiny-many", endpoint=srv.url)  # warm: the hub's own caches
+        facts0 = inspect_hub("bench/tiny-many", endpoint=srv.url)  # warm: the hub's own caches
         latency.write_text(str(a.latency))
-        print(f"{a.shards} shards, {a.latency * 1000:.0f} ms per request on the hub")
+        print(f"{facts0['num_shards']} shards, {a.latency * 1000:.0f} ms per request on the hub")
         for n in a.parallel:
             hub_reset(srv.url)
             t = time.monotonic()

@@ -1,12 +1,13 @@
 """First deploy vs an unchanged second deploy on the built-in local fleet: wall time, and the first run's
 wall time without the download and the install (issue goal: second <= 25% of that).
 
-    python benchmarks/bench_rerun.py [--profile tiny-llama] [--keep-fleet]
+    python benchmarks/bench_rerun.py [--profile tiny-llama] [--keep-fleet] [--hub-latency 0.1]
 
 Recreates the three local containers (scripts/fleet.sh down/up) unless --keep-fleet, starts the local hub
 server, runs deploy_kimi_int4.yml's flow twice through the runner wrapper and prints the figures. The
 download and install time is the union of every host's fetch and environment phase spans, read from the
-first run's events (hosts fetching in parallel count once)."""
+first run's events (hosts fetching in parallel count once). --hub-latency: every hub request waits that long
+first (a far-away hub: the preflight's inspection and the revision's resolution pay it on every run)."""
 
 from __future__ import annotations
 
@@ -36,6 +37,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--profile", default="tiny-llama")
     ap.add_argument("--keep-fleet", action="store_true", help="do not recreate the containers first")
+    ap.add_argument("--hub-latency", type=float, default=0.0, help="seconds each hub request waits first")
     a = ap.parse_args()
     os.environ.setdefault("ANSIBLE_CONFIG", str(ROOT / "ansible.cfg"))
     os.environ.setdefault("MODELFLEET_STATE_DIR", str(ROOT / ".cache" / "state"))
@@ -43,8 +45,16 @@ def main() -> int:
         subprocess.run([str(ROOT / "scripts" / "fleet.sh"), "down"], check=True)
     subprocess.run([str(ROOT / "scripts" / "fleet.sh"), "up"], check=True, stdout=subprocess.DEVNULL)
     hubctl = [sys.executable, "-m", "modelfleet.harness.hubctl", "start", str(ROOT / ".cache" / "demo-hub")]
+    # a hub started by an older checkout may not read the latency file: start it afresh
+    subprocess.run([*hubctl[:-2], "stop", hubctl[-1]], check=True)
     out = subprocess.run(hubctl, check=True, capture_output=True, text=True).stdout
     hub = json.loads(out)["url"]
+    latency_file = ROOT / ".cache" / "demo-hub" / "hub-latency"
+    if a.hub_latency > 0:
+        latency_file.write_text(str(a.hub_latency))
+        print(f"the hub adds {a.hub_latency * 1000:.0f} ms to every request")
+    else:
+        latency_file.unlink(missing_ok=True)
     rows = []
     for label in ("first", "second"):
         res, excluded = deploy(a.profile, hub)

@@ -33,7 +33,21 @@ def _git(repo: Path, *args: str) -> str:
     return r.stdout.strip()
 
 
-def _add_lfs_file(repo: Path, src: Path, rel: str) -> None:
+def _add_lfs_file(repo: Path, src: Path, rel: str, sparse_head: int = 0) -> None:
+    if sparse_head:
+        # a shape-faithful sparse shard (GBs apparent, a header of real bytes, then a hole): its LFS pointer gives
+        # the real size, but the object holds only the first `sparse_head` bytes, so that the hub serves a header
+        # read without reading (or buffering) GBs of zeros; its oid is the sha256 of those bytes and the size.
+        # Only for header-only reads (inspection benchmarks): a download of it fails verification, as it should.
+        size = src.stat().st_size
+        with open(src, "rb") as f:
+            head = f.read(sparse_head)
+        oid = hashlib.sha256(head + str(size).encode()).hexdigest()
+        obj = repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
+        obj.parent.mkdir(parents=True, exist_ok=True)
+        obj.write_bytes(head)
+        (repo / rel).write_text(f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {size}\n")
+        return
     data = src.read_bytes()
     oid = hashlib.sha256(data).hexdigest()
     obj = repo / ".git" / "lfs" / "objects" / oid[:2] / oid[2:4] / oid
@@ -42,8 +56,10 @@ def _add_lfs_file(repo: Path, src: Path, rel: str) -> None:
     (repo / rel).write_text(f"version https://git-lfs.github.com/spec/v1\noid sha256:{oid}\nsize {len(data)}\n")
 
 
-def publish(model_dir: str | Path, mirrors: str | Path, repo_id: str) -> dict:
-    """Create (or recreate) the hub repo for `repo_id` from `model_dir`. Returns the commits."""
+def publish(model_dir: str | Path, mirrors: str | Path, repo_id: str, sparse_head: int = 0) -> dict:
+    """Create (or recreate) the hub repo for `repo_id` from `model_dir`. Returns the commits. sparse_head > 0:
+    LFS objects hold only that many leading bytes, their pointers the real size (for sparse synthetic checkpoints,
+    whose headers are all that is read; see _add_lfs_file)."""
     org, name = repo_id.split("/")
     repo = Path(mirrors) / "models" / org / name
     if repo.exists():
@@ -56,7 +72,7 @@ def publish(model_dir: str | Path, mirrors: str | Path, repo_id: str) -> dict:
         if not src.is_file() or src.name.startswith("."):
             continue
         if src.name.endswith(LFS_SUFFIXES):
-            _add_lfs_file(repo, src, src.name)
+            _add_lfs_file(repo, src, src.name, sparse_head)
         else:
             shutil.copyfile(src, repo / src.name)
     (repo / "README.md").write_text(f"# {repo_id}\n\nTiny test model built by modelfleet's harness.\n")

@@ -49,7 +49,7 @@ def start(state: Path, port: int) -> dict:
         raise SystemExit(f"the local hub venv is missing ({HUB_VENV}); run scripts/setup.sh --hub")
     cmd = [str(py), str(Path(__file__).with_name("hub_server.py")), "--mirrors", str(state / "mirrors"),
            "--port", str(port), "--fail-file", str(state / "hub-down"), "--rate-file", str(state / "hub-rate"),
-           "--stall-file", str(state / "hub-stall")]
+           "--stall-file", str(state / "hub-stall"), "--latency-file", str(state / "hub-latency")]
     with open(log, "w") as lf:
         proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)
