@@ -5,6 +5,8 @@ Harness servers are real processes on loopback, started once per session and end
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,14 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 
 FIXTURES = ROOT / "tests" / "fixtures"
+
+
+def run_local_play(play: Path) -> subprocess.CompletedProcess:
+    """ansible-playbook on this machine (local connection, this Python, the project's ansible.cfg)."""
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    return subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play),
+                           "-e", f"ansible_python_interpreter={sys.executable}"], capture_output=True, text=True,
+                          cwd=ROOT, env=env)
 
 
 def property_examples(n: int) -> int:

@@ -15,7 +15,7 @@ import pytest
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import model_paths, verify_entry
 
 from modelfleet.harness.servers import hub_reset, hub_stats
-from tests.conftest import ROOT, TINY_REPO
+from tests.conftest import ROOT, TINY_REPO, run_local_play
 
 TOKEN = "hf_dummyTOKEN_for_the_secrecy_test_4b1d"
 
@@ -288,10 +288,7 @@ def test_the_role_fails_with_the_downloads_own_reason(slow_hub, tmp_path):
     play = tmp_path / "play.yml"
     # the fetch venv is this one (it holds the pinned huggingface_hub, so the role installs nothing)
     play.write_text(ROLE_PLAY.format(repo=TINY_REPO, root=root, endpoint=hub.url, venv=sys.prefix))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    r = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play),
-                        "-e", f"ansible_python_interpreter={sys.executable}"], capture_output=True, text=True,
-                       cwd=ROOT, env=env)
+    r = run_local_play(play)
     out = " ".join((r.stdout + r.stderr).split())
     assert r.returncode != 0, out[-2000:]
     assert "hf_fetch on localhost: " in out and "stalled or failed 2 times" in out, out[-3000:]

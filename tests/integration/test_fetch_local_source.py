@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 
-from tests.conftest import ROOT, TINY_REPO
+from tests.conftest import ROOT, TINY_REPO, run_local_play
 
 PLAY = """
 - hosts: localhost
@@ -48,10 +48,7 @@ def test_local_source_is_copied_and_verified_without_a_hub(hub, tmp_path):
     root, out = tmp_path / "models", tmp_path / "outcome.json"
     play = tmp_path / "play.yml"
     play.write_text(PLAY.format(repo=TINY_REPO, rev=lock["revision"], root=root, source=src, out=out))
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    r = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play),
-                        "-e", f"ansible_python_interpreter={sys.executable}"], capture_output=True, text=True,
-                       cwd=ROOT, env=env)
+    r = run_local_play(play)
     assert r.returncode == 0, r.stdout[-3000:]
     outcome = json.loads(out.read_text())
     assert outcome["source"] == "local" and outcome["revision"] == lock["revision"]
@@ -66,8 +63,6 @@ def test_local_source_is_copied_and_verified_without_a_hub(hub, tmp_path):
     open(victim, "wb").write(bytes(data))
     root2 = tmp_path / "models2"
     play.write_text(PLAY.format(repo=TINY_REPO, rev=lock["revision"], root=root2, source=src, out=out))
-    r = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play),
-                        "-e", f"ansible_python_interpreter={sys.executable}"], capture_output=True, text=True,
-                       cwd=ROOT, env=env)
+    r = run_local_play(play)
     assert r.returncode != 0 and "sha256" in r.stdout
     assert not (root2 / "modelfleet-test--tiny-llama" / lock["revision"] / ".modelfleet" / "complete").exists()

@@ -157,6 +157,11 @@ def file_digest(path: str, algo: str, buf: int = 8 << 20) -> tuple[str, int]:
     return h.hexdigest(), n
 
 
+def entry_digest(entry: dict) -> tuple[str, str]:
+    """The digest a lock entry is checked by: (algo, hex) - sha256 for LFS files, the git blob id for the others."""
+    return ("sha256", entry["sha256"]) if entry.get("sha256") else ("git-sha1", entry["blob_id"])
+
+
 def verify_entry(base: str, entry: dict) -> dict:
     """Check one file against its lock entry: size, then sha256 (LFS files) or the git blob id."""
     path = os.path.join(base, entry["name"])
@@ -166,7 +171,7 @@ def verify_entry(base: str, entry: dict) -> dict:
     if size != entry["size"]:
         return {"name": entry["name"], "ok": False, "bytes": 0,
                 "reason": f"size {size} != expected {entry['size']}"}
-    algo, want = ("sha256", entry["sha256"]) if entry.get("sha256") else ("git-sha1", entry["blob_id"])
+    algo, want = entry_digest(entry)
     got, n = file_digest(path, algo)
     if got != want:
         return {"name": entry["name"], "ok": False, "bytes": n, "reason": f"{algo} {got} != expected {want}"}

@@ -28,6 +28,7 @@ import time
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import (
     MARKER_DIR,
     FetchError,
+    entry_digest,
     file_digest,
     finalize,
     model_paths,
@@ -126,10 +127,6 @@ def run_rsync(cmd: list[str], timeout: float) -> tuple[int, str]:
 
 
 # --------------------------------------------------------------------------- records
-def _entry_digest(entry: dict) -> tuple[str, str]:
-    return ("sha256", entry["sha256"]) if entry.get("sha256") else ("git-sha1", entry["blob_id"])
-
-
 def load_record(staging: str) -> dict:
     try:
         with open(os.path.join(staging, MARKER_DIR, RECORD)) as f:
@@ -155,7 +152,7 @@ def recorded_ok(staging: str, entry: dict, record: dict) -> bool:
     if not isinstance(r, dict) or not os.path.isfile(p) or os.path.islink(p):
         return False
     st = os.stat(p)
-    algo, want = _entry_digest(entry)
+    algo, want = entry_digest(entry)
     return r.get("algo") == algo and r.get("digest") == want and r.get("size") == st.st_size == entry["size"] \
         and r.get("mtime_ns") == st.st_mtime_ns
 
@@ -171,7 +168,7 @@ def resume(staging: str, lock: dict) -> dict:
             keep[e["name"]] = record[e["name"]]
             continue
         if os.path.isfile(p) and not os.path.islink(p) and os.path.getsize(p) == e["size"]:
-            algo, want = _entry_digest(e)
+            algo, want = entry_digest(e)
             got, _n = file_digest(p, algo)
             if got == want:
                 st = os.stat(p)
@@ -217,17 +214,17 @@ def close_connections(sources: list[dict]) -> None:
                        capture_output=True, timeout=10, check=False)
 
 
-def pull(*, root: str, lock: dict, sources: list[dict], host: str = "", poll_seconds: float = 1.0,
+def pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1.0,
          stall_seconds: float = 60.0, rsync=run_rsync, log=lambda msg: None) -> dict:
     """Pull every locked file (see _pull), then end the SSH connections it opened, whatever happened."""
     try:
-        return _pull(root=root, lock=lock, sources=sources, host=host, poll_seconds=poll_seconds,
+        return _pull(root=root, lock=lock, sources=sources, poll_seconds=poll_seconds,
                      stall_seconds=stall_seconds, rsync=rsync, log=log)
     finally:
         close_connections(sources)
 
 
-def _pull(*, root: str, lock: dict, sources: list[dict], host: str = "", poll_seconds: float = 1.0,
+def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1.0,
           stall_seconds: float = 60.0, rsync=run_rsync, log=lambda msg: None) -> dict:
     """Pull every locked file into this host's staging folder from the first live source, verifying each
     against the lock before it is renamed into staging (and so before this host serves it onwards).
@@ -308,7 +305,7 @@ def _pull(*, root: str, lock: dict, sources: list[dict], host: str = "", poll_se
                 if rc != 0:
                     reason = f"rsync of {name} failed (exit {rc}: {err})"
                 else:
-                    algo, want = _entry_digest(e)
+                    algo, want = entry_digest(e)
                     got, n = file_digest(tmp, algo)
                     if n != e["size"] or got != want:
                         os.unlink(tmp)  # never kept, never served
@@ -348,7 +345,7 @@ def finalize_recorded(*, root: str, lock: dict, owner: tuple[int, int] | None = 
         if recorded_ok(staging, e, record):
             continue
         p = os.path.join(staging, e["name"])
-        algo, want = _entry_digest(e)
+        algo, want = entry_digest(e)
         got, n = file_digest(p, algo) if os.path.isfile(p) else ("missing", 0)
         hashed += n
         if got != want or n != e["size"]:
