@@ -1,7 +1,7 @@
 """The controller's preflight against a far-away hub (issue 23): header-only inspection of a many-shard repo on
 the local hub server with a fixed latency per request, the shard headers read one at a time and several at once.
 
-    python benchmarks/bench_inspect_hub.py [--shards 32] [--latency 0.1] [--parallel 1 8]
+    python benchmarks/bench_inspect_hub.py [--shards 32] [--latency 0.1] [--parallel 1 16]
     python benchmarks/bench_inspect_hub.py --kimi [--latency 0.1]    the 64-shard Kimi-K2.5 INT4 layout:
         shape-faithful headers (~330 KB each) of sparse shards (595 GB apparent); the hub holds the
         headers and serves the real sizes
@@ -11,6 +11,7 @@ Prints figures; asserts nothing (targets belong here, not in timed tests)."""
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 import tempfile
 import time
@@ -28,11 +29,18 @@ from modelfleet.harness.tiny_model import build  # noqa: E402
 CK = ROOT / "tests" / "fixtures" / "checkpoints"
 
 
+def cpu_seconds(pid: int | str = "self") -> float:
+    """User + system CPU seconds of a process so far (the hub server's shows whether it, not the client, is the
+    floor)."""
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--shards", type=int, default=32)
     ap.add_argument("--latency", type=float, default=0.1, help="seconds the hub waits before each request")
-    ap.add_argument("--parallel", type=int, nargs="+", default=[1, 8])
+    ap.add_argument("--parallel", type=int, nargs="+", default=[1, 16])
     ap.add_argument("--kimi", action="store_true", help="the Kimi-K2.5 INT4 layout (64 shards, real-size headers)")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mf-bench-inspect-hub-"))
@@ -49,17 +57,20 @@ def main() -> int:
     latency = work / "latency"
     srv = start_hub(work / "mirrors", work, latency_file=str(latency))
     try:
-        facts0 = inspect_hub("bench/tiny-many", endpoint=srv.url)  # warm: the hub's own caches
+        # warm: the hub server's caches (olah's, and the harness layer's for reads at a commit)
+        facts0 = inspect_hub("bench/tiny-many", endpoint=srv.url)
         latency.write_text(str(a.latency))
         print(f"{facts0['num_shards']} shards, {a.latency * 1000:.0f} ms per request on the hub")
         for n in a.parallel:
             hub_reset(srv.url)
-            t = time.monotonic()
+            hub0, me0, t = cpu_seconds(srv.proc.pid), cpu_seconds(), time.monotonic()
             facts = inspect_hub("bench/tiny-many", endpoint=srv.url, parallel=n)
             dt = time.monotonic() - t
+            hub_cpu, my_cpu = cpu_seconds(srv.proc.pid) - hub0, cpu_seconds() - me0
             st = hub_stats(srv.url)
             print(f"  header reads at once {n:>2}: {dt:6.2f} s, {st['requests']} requests, at most "
-                  f"{st['max_in_flight']} in flight, {facts['num_shards']} shards read")
+                  f"{st['max_in_flight']} in flight, {facts['num_shards']} shards read; CPU: client {my_cpu:.2f} s, "
+                  f"hub server {hub_cpu:.2f} s")
     finally:
         srv.stop()
     return 0

@@ -79,6 +79,25 @@ def test_hub_honours_range(hub, tiny_model):
         assert r.read() == (tiny_model / name).read_bytes()[8:16]
 
 
+def test_hub_answers_at_a_commit_the_same_when_cached(hub, tiny_model):
+    """The harness layer answers reads at a commit from memory after olah's first answer: every later answer must
+    still be the file's bytes (any range) and each paths-info its own paths' (the body is part of the key)."""
+    commit = hub.extra["repos"][TINY_REPO]["tag_v1"]
+    name = "model-00001-of-00003.safetensors"
+    data = (tiny_model / name).read_bytes()
+    for first, last in ((0, 7), (8, 4095), (8, 4095), (len(data) - 10, len(data) - 1), (0, len(data) - 1)):
+        req = urllib.request.Request(f"{hub.url}/{TINY_REPO}/resolve/{commit}/{name}",
+                                     headers={"Range": f"bytes={first}-{last}"})
+        with urllib.request.urlopen(req) as r:
+            assert (r.status, r.read()) == (206, data[first:last + 1])
+    api = HfApi(endpoint=hub.url)
+    names = sorted(p.name for p in tiny_model.glob("*.safetensors"))
+    for _ in range(2):
+        for asked in (names[:1], names[1:], names):
+            got = {i.path: i.size for i in api.get_paths_info(TINY_REPO, asked, revision=commit)}
+            assert got == {n: (tiny_model / n).stat().st_size for n in asked}
+
+
 def _metric(url: str, name: str) -> float:
     with urllib.request.urlopen(url + "/metrics") as r:
         text = r.read().decode()

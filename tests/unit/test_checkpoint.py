@@ -8,6 +8,7 @@ import shutil
 import struct
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import config_facts, inspect_local
@@ -140,6 +141,40 @@ def test_a_bad_shard_read_in_parallel_is_named_as_it_is_sequentially(kimi_synthe
     parallel = _inspect_in_a_process(tmp_path, 2)
     assert parallel["forks"] == ["fork"]
     assert parallel["error"] == sequential["error"] and sequential["error"].startswith(f"{bad}: header is not valid")
+
+
+def _with_index(kimi_synthetic, tmp_path, change) -> Path:
+    """The synthetic checkpoint by links, with its index rewritten by `change(weight_map)`."""
+    for p in kimi_synthetic.iterdir():
+        if p.name != "model.safetensors.index.json":
+            (tmp_path / p.name).symlink_to(p)
+    index = json.loads((kimi_synthetic / "model.safetensors.index.json").read_text())
+    change(index["weight_map"])
+    (tmp_path / "model.safetensors.index.json").write_text(json.dumps(index))
+    return tmp_path
+
+
+def test_an_index_that_swaps_two_tensors_between_shards_is_caught(kimi_synthetic, tmp_path):
+    """Each shard keeps its count of mapped tensors: only the names say which shard is wrong, in both paths."""
+    def swap(wm):
+        a = next(t for t, s in wm.items() if s.startswith("model-00010-"))
+        b = next(t for t, s in wm.items() if s.startswith("model-00020-"))
+        wm[a], wm[b] = wm[b], wm[a]
+
+    path = _with_index(kimi_synthetic, tmp_path, swap)
+    sequential, parallel = _inspect_in_a_process(path, 10**9), _inspect_in_a_process(path, 2)
+    assert parallel["forks"] == ["fork"] and parallel["error"] == sequential["error"]
+    assert "is mapped to model-00010-of-000064.safetensors but that shard's header lacks it" in sequential["error"]
+
+
+def test_a_shard_may_hold_tensors_the_index_does_not_map(kimi_synthetic, tmp_path):
+    def drop(wm):
+        del wm[next(t for t, s in wm.items() if s.startswith("model-00030-"))]
+
+    path = _with_index(kimi_synthetic, tmp_path, drop)
+    sequential, parallel = _inspect_in_a_process(path, 10**9), _inspect_in_a_process(path, 2)
+    assert "error" not in sequential and parallel["facts"] == sequential["facts"]
+    assert sequential["facts"]["num_tensors"] == 208550  # the header's tensors are counted, mapped or not
 
 
 def test_config_only_directory_gives_config_facts(tmp_path):

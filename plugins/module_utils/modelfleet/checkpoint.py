@@ -8,7 +8,6 @@ Pure logic + thin I/O helpers; the Ansible module and the CLI are shells over `i
 from __future__ import annotations
 
 import gc
-import json
 import os
 import re
 from collections.abc import Callable, Iterable
@@ -369,8 +368,15 @@ def _inspect_local_checked(path: str, revision: str | None) -> dict:
     lock = _read_lock(path)
     if revision is None and lock:
         revision = lock.get("revision") if isinstance(lock.get("revision"), str) else None
-    index_path = os.path.join(path, INDEX_NAME)
     present = sorted(n for n in os.listdir(path) if n.endswith(".safetensors"))
+    with _ShardReader(path, present, config_facts(config)["quantization"]) as reader:
+        # the shards are being read (in worker processes, where there are several) while the index is parsed
+        return _inspect_local_indexed(path, config, lock, revision, present, reader)
+
+
+def _inspect_local_indexed(path: str, config: dict, lock: dict | None, revision: str | None, present: list[str],
+                           reader: _ShardReader) -> dict:
+    index_path = os.path.join(path, INDEX_NAME)
     weight_map: dict[str, str] = {}
     absent: list[str] = []
     if os.path.exists(index_path):
@@ -388,12 +394,7 @@ def _inspect_local_checked(path: str, revision: str | None) -> dict:
         shards = present
         if not shards:
             absent.append("no index and no *.safetensors files: shard facts are absent")
-    quant = config_facts(config)["quantization"]
-    by_shard: dict[str, list[str]] = {s: [] for s in shards}
-    for t, shard in weight_map.items():
-        if shard in by_shard:
-            by_shard[shard].append(t)
-    hfacts = _shards_facts(path, shards, by_shard, quant) if shards else None
+    hfacts = reader.facts(shards, weight_map) if shards else None
     lock_files = {f["name"]: f for f in (lock or {}).get("files", [])}
     files = []
     for name in sorted(os.listdir(path)):
@@ -411,13 +412,14 @@ def _inspect_local_checked(path: str, revision: str | None) -> dict:
 PARALLEL_SHARDS = 8
 
 
-def _shard_facts(path: str, shard: str, mapped: list[str], quant: dict) -> dict:
-    """One shard: its header read and validated, the index's tensors for it checked present, its partial facts."""
+def _shard_facts(path: str, shard: str, quant: dict) -> tuple[dict, int, int]:
+    """One shard: its header read and validated, its partial facts, and the count and hash sum of its tensor names
+    (what the index's tensors for this shard are checked against, without sending names between processes)."""
     header, _dummy = read_local_header(os.path.join(path, shard), shard)
-    for t in mapped:
-        if t not in header:
-            raise CheckpointError(f"{INDEX_NAME}: tensor {t!r} is mapped to {shard} but that shard's header lacks it")
-    return partial_header_facts({shard: header}, quant)
+    count, digest = len(header), sum(map(hash, header))
+    if "__metadata__" in header:
+        count, digest = count - 1, digest - hash("__metadata__")
+    return partial_header_facts({shard: header}, quant), count, digest
 
 
 def _single_threaded() -> bool:
@@ -429,21 +431,60 @@ def _single_threaded() -> bool:
         return False
 
 
-def _shards_facts(path: str, shards: list[str], by_shard: dict[str, list[str]], quant: dict) -> dict:
-    jobs = [(path, s, by_shard[s], quant) for s in shards]
-    workers = min(os.cpu_count() or 1, 4, len(shards))
-    # Fork only from a single-threaded process: a child forked while another thread holds a lock (a logger's,
-    # the import lock) waits on it forever - found when the suite ran this under pytest-xdist (3 threads) and a
-    # worker hung. Module processes and the CLI are single-threaded; anything else reads the shards in order.
-    if len(shards) < PARALLEL_SHARDS or workers < 2 or not _single_threaded():
-        return merge_header_facts([_shard_facts(*j) for j in jobs])
-    import multiprocessing
+class _ShardReader:
+    """Reads shards' headers into partial facts: with PARALLEL_SHARDS or more shards on a host of several cores, in
+    worker processes started at once (the caller meanwhile parses the index), else in order when asked."""
 
-    # fork: the workers start at once with this module loaded; an error in any shard (the first in shard order
-    # is re-raised) is the same CheckpointError the sequential path raises
-    with multiprocessing.get_context("fork").Pool(workers) as pool:
-        results = [pool.apply_async(_shard_facts, j) for j in jobs]
-        return merge_header_facts([r.get() for r in results])
+    def __init__(self, path: str, shards: list[str], quant: dict):
+        self.path, self.quant, self.pool, self.pending = path, quant, None, {}
+        workers = min(os.cpu_count() or 1, 4, len(shards))
+        # Fork only from a single-threaded process: a child forked while another thread holds a lock (a logger's,
+        # the import lock) waits on it forever - found when the suite ran this under pytest-xdist (3 threads) and
+        # a worker hung. Module processes and the CLI are single-threaded; anything else reads the shards in order.
+        if len(shards) >= PARALLEL_SHARDS and workers >= 2 and _single_threaded():
+            import multiprocessing
+
+            # fork: the workers start at once with this module loaded; a shard's error is raised when its result is
+            # asked for, in shard order, as the sequential path raises it
+            self.pool = multiprocessing.get_context("fork").Pool(workers)
+            self.pending = {s: self.pool.apply_async(_shard_facts, (path, s, quant)) for s in shards}
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.terminate()  # a shard not asked for (not in the index, or after an error) is not waited on
+            self.pool.join()
+
+    def facts(self, shards: list[str], weight_map: dict[str, str]) -> dict:
+        """The merged facts of `shards` (in order; the first bad one is named), each checked to hold every tensor
+        the index maps to it."""
+        from itertools import groupby
+        from operator import itemgetter
+
+        counts: dict[str, int] = {}
+        digests: dict[str, int] = {}
+        # an index lists a shard's tensors together (in runs, at worst one per tensor): sums per run, in C
+        for shard, run in groupby(weight_map.items(), key=itemgetter(1)):
+            names = list(map(itemgetter(0), run))
+            counts[shard] = counts.get(shard, 0) + len(names)
+            digests[shard] = digests.get(shard, 0) + sum(map(hash, names))
+        parts = []
+        for s in shards:
+            job = self.pending.get(s)
+            part, count, digest = job.get() if job is not None else _shard_facts(self.path, s, self.quant)
+            if weight_map and (count, digest) != (counts.get(s, 0), digests.get(s, 0)):
+                self._name_unmapped(s, weight_map)  # a shard with tensors the index does not map is fine
+            parts.append(part)
+        return merge_header_facts(parts)
+
+    def _name_unmapped(self, shard: str, weight_map: dict[str, str]) -> None:
+        header, _dummy = read_local_header(os.path.join(self.path, shard), shard)
+        for t, s in weight_map.items():
+            if s == shard and t not in header:
+                raise CheckpointError(f"{INDEX_NAME}: tensor {t!r} is mapped to {shard} but that shard's header "
+                                      "lacks it")
 
 
 def _read_lock(path: str) -> dict | None:
@@ -461,6 +502,14 @@ def _read_lock(path: str) -> dict | None:
 
 
 # --------------------------------------------------------------------------- hub inspection
+def _json_object(raw: bytes, name: str):
+    """A small file of the repository parsed as JSON (its shape is checked by the caller)."""
+    try:
+        return loads(raw)
+    except JSONError as e:
+        raise CheckpointError(f"{name}: not valid JSON ({e})") from None
+
+
 class HeaderNeedsMore(Exception):
     def __init__(self, need: int):
         super().__init__(need)
@@ -520,9 +569,10 @@ def transport_errors() -> tuple:
     return tuple(errs)
 
 
-# shard headers read at once from the hub: each is one or two small requests, so the inspection's time is round
-# trips (64 shards for Kimi-K2.5, 163 for DeepSeek-V3.2: 10-50 s one after another at 100-300 ms each)
-HEADER_READS_AT_ONCE = 8
+# requests in flight to the hub after its listing (config, index, shard headers): each header is one or two small
+# requests, so the inspection's time is round trips (64 shards for Kimi-K2.5, 163 for DeepSeek-V3.2: 10-50 s one
+# after another at 100-300 ms each; 16 at once: 0.5-3 s)
+HEADER_READS_AT_ONCE = 16
 
 
 def inspect_hub(repo_id: str, revision: str = "main", endpoint: str | None = None, token: str | None = None,
@@ -562,25 +612,6 @@ def _inspect_hub(repo_id, revision, endpoint, token, on_read, parallel=1) -> dic
 
     if "config.json" not in files:
         raise CheckpointError(f"{repo_id}@{sha[:12]}: no config.json in the repository")
-    try:
-        config = json.loads(get_small("config.json"))
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"config.json: not valid JSON ({e})") from None
-    config_facts(config)
-    weight_map: dict[str, str] = {}
-    if INDEX_NAME in files:
-        try:
-            weight_map = _check_index(json.loads(get_small(INDEX_NAME, MAX_INDEX_BYTES)))
-        except json.JSONDecodeError as e:
-            raise CheckpointError(f"{INDEX_NAME}: not valid JSON ({e})") from None
-        shards = sorted(set(weight_map.values()))
-        for s in shards:
-            if s not in files:
-                raise CheckpointError(f"{s}: listed in {INDEX_NAME} but absent from {repo_id}@{sha[:12]}")
-    else:
-        shards = sorted(n for n in files if n.endswith(".safetensors"))
-    headers = {}
-    bytes_read = 0
 
     def read_header(s):
         # huggingface_hub's session is safe to share between threads (one connection pool)
@@ -589,9 +620,33 @@ def _inspect_hub(repo_id, revision, endpoint, token, on_read, parallel=1) -> dic
 
     from concurrent.futures import ThreadPoolExecutor
 
-    with ThreadPoolExecutor(max_workers=min(parallel, max(1, len(shards)))) as pool:
-        futures = {s: pool.submit(read_header, s) for s in shards}
+    # Everything after the listing is read at once (bounded): config.json, the index and the header of every
+    # top-level shard the listing names - the index, when there is one, only decides which of those count. Round
+    # trips, not bytes, are this inspection's time against a far-away hub.
+    listed = sorted(n for n in files if n.endswith(".safetensors") and "/" not in n)
+    headers = {}
+    bytes_read = 0
+    with ThreadPoolExecutor(max_workers=min(parallel, 2 + len(listed))) as pool:
+        futures: dict = {}
+        small: dict = {}
         try:
+            small = {"config.json": pool.submit(get_small, "config.json")}
+            if INDEX_NAME in files:
+                small[INDEX_NAME] = pool.submit(get_small, INDEX_NAME, MAX_INDEX_BYTES)
+            futures = {s: pool.submit(read_header, s) for s in listed}
+            config = _json_object(small["config.json"].result(), "config.json")
+            config_facts(config)
+            weight_map: dict[str, str] = {}
+            if INDEX_NAME in small:
+                weight_map = _check_index(_json_object(small[INDEX_NAME].result(), INDEX_NAME))
+                shards = sorted(set(weight_map.values()))
+                for s in shards:
+                    if s not in files:
+                        raise CheckpointError(f"{s}: listed in {INDEX_NAME} but absent from {repo_id}@{sha[:12]}")
+                for s in futures.keys() - set(shards):  # a file the index does not use is not the model's
+                    futures.pop(s).cancel()
+            else:
+                shards = listed
             for s in shards:  # in shard order: the first bad shard in that order is the one named
                 header, nread = futures[s].result()
                 bytes_read += nread
@@ -599,7 +654,7 @@ def _inspect_hub(repo_id, revision, endpoint, token, on_read, parallel=1) -> dic
                     on_read(s, nread)
                 headers[s] = header
         except BaseException:
-            for f in futures.values():
+            for f in list(futures.values()) + list(small.values()):
                 f.cancel()
             raise
     _cross_check(weight_map, headers)
