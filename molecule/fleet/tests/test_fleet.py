@@ -444,3 +444,47 @@ def test_kill_9_of_the_engine_recovers_by_itself(host):
     after = int(host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip())
     assert after == before + 1
     assert _complete(host)["usage"]["completion_tokens"] == 5
+
+
+def test_every_host_runs_the_watchdog_for_its_served_unit(host):
+    assert host.service("modelfleet-watchdog.timer").is_running
+    desc = host.file(f"/etc/modelfleet/watchdog/{_served(host)}.json")
+    assert desc.mode == 0o600 and desc.user == "root"
+    assert json.loads(desc.content_string)["unit"] == _unit(host)
+
+
+def test_the_watchdog_restarts_an_engine_that_stopped_generating_while_health_answers(host):
+    """Last, and on fleet-2 only (fleet-1 is killed above): SIGSTOP of vLLM's engine process - /health still answers
+    200 and the process never exits, so Restart= never fires; the watchdog's real completions time out, it restarts
+    the unit, and the unit serves again."""
+    if _name(host) != "fleet-2":
+        return
+    assert _complete(host)["usage"]["completion_tokens"] == 5
+    invocation = host.run(f"systemctl show -p InvocationID --value {UNIT}").stdout.strip()
+    restarts = host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip()
+    engine = host.run("pgrep -f '^VLLM::EngineCore'").stdout.split()
+    assert len(engine) == 1, engine
+    host.run(f"kill -STOP {engine[0]}")
+    t = time.monotonic()
+    health = host.run(f"curl -sS -m 5 -o /dev/null -w '%{{http_code}}' {_url(host)}/health").stdout
+    hung = host.run(f"curl -sS -m 5 {_url(host)}/v1/completions -H 'Content-Type: application/json' "
+                    f"-d '{json.dumps({'model': _served(host), 'prompt': 'x', 'max_tokens': 1})}'")
+    assert health == "200" and hung.rc != 0  # what the watchdog exists for: healthy by /health, generating nothing
+    deadline = time.monotonic() + 180
+    while time.monotonic() < deadline:
+        now = host.run(f"systemctl show -p InvocationID --value {UNIT}").stdout.strip()
+        if now and now != invocation:
+            break
+        time.sleep(2)
+    noticed = time.monotonic() - t
+    assert now != invocation, "the watchdog did not restart the unit in 180 s"
+    _models(host)
+    assert _complete(host)["usage"]["completion_tokens"] == 5
+    print(f"engine stopped: watchdog restarted the unit after {noticed:.0f} s; serving again after "
+          f"{time.monotonic() - t:.0f} s")
+    journal = host.run("journalctl -u modelfleet-watchdog.service --no-pager -o cat").stdout
+    assert f"{UNIT}: restarting: 2 real completions failed in a row" in journal and "timed out" in journal
+    state = json.loads(host.file(f"/var/lib/modelfleet-watchdog/{UNIT}.json").content_string)
+    assert "timed out" in state["last_restart"]["reason"]
+    assert host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip() == restarts  # not Restart='s doing
+    assert host.run(f"test -d /proc/{engine[0]}").rc != 0  # the stopped engine is gone with the old unit

@@ -1,13 +1,20 @@
 """One look at a vLLM server's readiness: /health answers 200, /v1/models lists the served name, and one
-real completion comes back. Shared by the `vllm_readiness` module (the start-up wait) and the
-`deploy_record` module (the unchanged-host check)."""
+real completion comes back. Shared by the `vllm_readiness` module (the start-up wait), the `deploy_record`
+module (the unchanged-host check) and the liveness watchdog on the hosts (watchdog.py, which runs with no
+Ansible: the standard library's urlopen is used there)."""
 
 from __future__ import annotations
 
 import json
 import urllib.error
 
-from ansible.module_utils.urls import open_url
+try:
+    from ansible.module_utils.urls import open_url
+except ImportError:  # on a host, copied beside watchdog.py by the vllm_service role
+    from urllib.request import Request, urlopen
+
+    def open_url(url, data=None, headers=None, timeout=10):
+        return urlopen(Request(url, data=data, headers=headers or {}), timeout=timeout)
 
 # What the start-up wait needs to know about the unit (systemctl show)
 UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "Result", "ExecMainCode", "ExecMainStatus")
@@ -21,7 +28,8 @@ def _request(url: str, key: str | None, timeout: float = 5, data: bytes | None =
         return r.status, r.read()
 
 
-def look(url: str, name: str, key: str | None, prompt: str = "Hello", max_tokens: int = 4):
+def look(url: str, name: str, key: str | None, prompt: str = "Hello", max_tokens: int = 4,
+         completion_timeout: float = 60):
     """(stage, detail, completion text or None); stage is down, health, listed or ready."""
     url = url.rstrip("/")
     try:
@@ -41,7 +49,7 @@ def look(url: str, name: str, key: str | None, prompt: str = "Hello", max_tokens
         return "health", f"/v1/models lists {models}, not {name}", None
     body = json.dumps({"model": name, "prompt": prompt, "max_tokens": max_tokens}).encode()
     try:
-        st, out = _request(url + "/v1/completions", key, timeout=60, data=body)
+        st, out = _request(url + "/v1/completions", key, timeout=completion_timeout, data=body)
         text = json.loads(out)["choices"][0]["text"]
     except urllib.error.HTTPError as e:
         return "listed", f"completion answered {e.code}: {e.read()[:200]!r}", None

@@ -1,0 +1,142 @@
+"""The liveness watchdog of served units: vLLM's /health can answer 200 for minutes while nothing can be generated
+(an engine process stopped or hung, a dead worker of a group), and the API process does not exit, so systemd's
+Restart= never fires. On every host the vllm_service role installs a timer (modelfleet-watchdog.timer) that runs
+this file with the standard library's Python: for each served unit described under /etc/modelfleet/watchdog/, one
+real completion of one token with a timeout; `failures` failures in a row restart the unit, with the reason in the
+journal and in the unit's state file.
+
+`decide` is the rule (pure, unit-tested); `main` is the glue (systemctl, the probe, the state files). A unit that
+is not active is left alone (stopped on purpose, or systemd is restarting it); one started less than `grace`
+seconds ago that has not answered yet is starting, not failing (its start budget, TimeoutStartSec, is the grace)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+
+STATE_DIR = "/var/lib/modelfleet-watchdog"
+
+
+def decide(state: dict, unit: dict, probe: tuple[bool, str] | None, failures: int, grace: float) -> tuple[dict, str]:
+    """The next state and the action ("none", "probe" or "restart") for one unit.
+
+    state: what the last runs kept {invocation, answered, failures, last_failure}; unit: {active: bool,
+    invocation: systemd's InvocationID, active_seconds: since it became active}; probe: None to ask whether to
+    probe, else (ok, reason) of the probe just made."""
+    if not unit["active"]:
+        return {"invocation": None, "answered": False, "failures": 0}, "none"
+    if state.get("invocation") != unit["invocation"]:  # a new start: its history is its own
+        state = {"invocation": unit["invocation"], "answered": False, "failures": 0}
+    if probe is None:
+        return state, "probe"
+    ok, reason = probe
+    if ok:
+        return dict(state, answered=True, failures=0), "none"
+    if not state.get("answered") and unit["active_seconds"] < grace:
+        return state, "none"  # still starting
+    state = dict(state, failures=state.get("failures", 0) + 1, last_failure=reason)
+    if state["failures"] >= failures:
+        return state, "restart"
+    return state, "none"
+
+
+def _show(unit: str) -> dict:
+    out = subprocess.run(["systemctl", "show", unit, "-p", "ActiveState", "-p", "InvocationID",
+                          "-p", "ActiveEnterTimestampMonotonic"], capture_output=True, text=True, check=False).stdout
+    props = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    entered = int(props.get("ActiveEnterTimestampMonotonic") or 0) / 1e6
+    return {"active": props.get("ActiveState") == "active", "invocation": props.get("InvocationID") or None,
+            "active_seconds": max(0.0, time.monotonic() - entered) if entered else 0.0}
+
+
+def _api_key(env_file: str) -> str | None:
+    try:
+        with open(env_file) as f:
+            for line in f:
+                if line.startswith("VLLM_API_KEY="):
+                    return line.split("=", 1)[1].strip() or None
+    except OSError:
+        pass
+    return None
+
+
+def _load(path: str) -> dict:
+    try:
+        with open(path) as f:
+            data = json.load(f)
+        return data if isinstance(data, dict) else {}
+    except (OSError, ValueError):
+        return {}
+
+
+def _save(path: str, data: dict) -> None:
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        json.dump(data, f)
+    os.replace(tmp, path)
+
+
+def check(cfg: dict, state_dir: str, log=print) -> str:
+    """One look at one unit described by cfg {unit, url, served_name, env_file, prompt, timeout, failures, grace};
+    returns the action taken."""
+    try:
+        from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.readiness import look
+    except ImportError:  # on a host: the role copies readiness.py beside this file
+        from readiness import look  # type: ignore[no-redef]
+
+    unit = cfg["unit"]
+    path = os.path.join(state_dir, unit + ".json")
+    state = _load(path)
+    last_restart = state.get("last_restart")
+    info = _show(unit)
+    state, action = decide(state, info, None, int(cfg["failures"]), float(cfg["grace"]))
+    if action == "probe":
+        stage, detail, _text = look(cfg["url"], cfg["served_name"], _api_key(cfg.get("env_file", "")),
+                                    prompt=cfg.get("prompt") or "Hello", max_tokens=1,
+                                    completion_timeout=float(cfg["timeout"]))
+        ok = stage == "ready"
+        state, action = decide(state, info, (ok, f"{stage}: {detail}"), int(cfg["failures"]), float(cfg["grace"]))
+        if not ok and state.get("failures"):
+            log(f"{unit}: a 1-token completion failed ({state['failures']} of {cfg['failures']} in a row): "
+                f"{detail}")
+    if action == "restart":
+        why = (f"{state['failures']} real completions failed in a row ({cfg['timeout']} s allowed each; "
+               f"last: {state['last_failure']})")
+        log(f"{unit}: restarting: {why}")
+        r = subprocess.run(["systemctl", "restart", "--no-block", unit], capture_output=True, text=True, check=False)
+        state = {"invocation": None, "answered": False, "failures": 0,
+                 "last_restart": {"at": time.time(), "reason": why, "rc": r.returncode}}
+        if r.returncode != 0:
+            log(f"{unit}: systemctl restart failed: {r.stderr.strip()}")
+    else:
+        state = dict(state, last_restart=last_restart)
+    _save(path, state)
+    return action
+
+
+def main(argv: list[str]) -> int:
+    conf_dir = argv[1] if len(argv) > 1 else "/etc/modelfleet/watchdog"
+    state_dir = os.environ.get("STATE_DIRECTORY", STATE_DIR).split(":")[0]
+    os.makedirs(state_dir, exist_ok=True)
+    try:
+        names = sorted(n for n in os.listdir(conf_dir) if n.endswith(".json"))
+    except FileNotFoundError:
+        names = []
+    rc = 0
+    for name in names:
+        cfg = _load(os.path.join(conf_dir, name))
+        try:
+            check(cfg, state_dir)
+        except (KeyError, TypeError, ValueError) as e:
+            print(f"{name}: not a watchdog description ({type(e).__name__}: {e}); rewrite it with the "
+                  "vllm_service role", file=sys.stderr)
+            rc = 1
+    return rc
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.exit(main(sys.argv))

@@ -1,0 +1,118 @@
+"""The liveness watchdog's rule (watchdog.decide) and its glue run against a real HTTP server that answers /health
+while its completions hang - the failure vLLM shows when its engine stops."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import watchdog as wd
+
+UP = {"active": True, "invocation": "a1", "active_seconds": 1000.0}
+
+
+def run(states, unit=UP, probes=(), failures=3, grace=600.0):
+    """Feed probes in order to decide; returns the actions and the last state."""
+    state, actions = dict(states), []
+    for probe in probes:
+        state, act = wd.decide(state, unit, None, failures, grace)
+        assert act == "probe"
+        state, act = wd.decide(state, unit, probe, failures, grace)
+        actions.append(act)
+    return actions, state
+
+
+def test_restart_only_after_the_set_number_of_failures_in_a_row():
+    bad = (False, "listed: completion: timed out")
+    actions, state = run({}, probes=[bad, bad, (True, ""), bad, bad, bad])
+    assert actions == ["none", "none", "none", "none", "none", "restart"]
+    assert state["failures"] == 3 and state["last_failure"] == bad[1]
+
+
+def test_a_starting_unit_is_not_failing_until_its_grace_is_spent():
+    young = dict(UP, active_seconds=30.0)
+    bad = (False, "down: /health: connection refused")
+    assert run({}, unit=young, probes=[bad] * 5)[0] == ["none"] * 5
+    old = dict(UP, active_seconds=601.0)
+    assert run({}, unit=old, probes=[bad] * 3)[0] == ["none", "none", "restart"]
+
+
+def test_once_it_answered_a_young_unit_counts_its_failures():
+    young = dict(UP, active_seconds=30.0)
+    bad = (False, "listed: completion: timed out")
+    assert run({}, unit=young, probes=[(True, ""), bad, bad, bad])[0] == ["none", "none", "none", "restart"]
+
+
+def test_a_new_start_forgets_the_old_ones_failures_and_an_inactive_unit_is_left_alone():
+    bad = (False, "x")
+    _actions, state = run({}, probes=[bad, bad])
+    assert state["failures"] == 2
+    restarted = dict(UP, invocation="b2", active_seconds=5.0)
+    state, act = wd.decide(state, restarted, None, 3, 600)
+    assert (act, state["failures"], state["answered"]) == ("probe", 0, False)
+    state, act = wd.decide(state, dict(UP, active=False), None, 3, 600)
+    assert act == "none" and state["failures"] == 0
+
+
+class _Engine(BaseHTTPRequestHandler):
+    hang = threading.Event()
+
+    def log_message(self, *a):
+        pass
+
+    def _send(self, obj):
+        body = json.dumps(obj).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self):
+        if self.path == "/health":
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+        else:
+            self._send({"data": [{"id": "tiny"}]})
+
+    def do_POST(self):
+        self.rfile.read(int(self.headers["Content-Length"]))
+        if self.hang.is_set():
+            time.sleep(3)  # the engine answers nothing within the watchdog's timeout
+            return
+        self._send({"choices": [{"text": "x"}]})
+
+
+@pytest.fixture
+def engine():
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), _Engine)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    _Engine.hang.clear()
+    yield f"http://127.0.0.1:{srv.server_address[1]}"
+    _Engine.hang.clear()
+    srv.shutdown()
+
+
+def test_check_restarts_a_unit_whose_health_answers_while_completions_hang(engine, tmp_path, monkeypatch):
+    calls = []
+
+    def fake_run(argv, **kw):  # systemctl: the unit is up since invocation a1; record a restart
+        calls.append(argv)
+        out = "ActiveState=active\nInvocationID=a1\nActiveEnterTimestampMonotonic=1\n" if argv[1] == "show" else ""
+        return type("R", (), {"stdout": out, "stderr": "", "returncode": 0})()
+
+    monkeypatch.setattr(wd.subprocess, "run", fake_run)
+    cfg = {"unit": "modelfleet-vllm@tiny.service", "url": engine, "served_name": "tiny", "env_file": "/nonexistent",
+           "timeout": 1, "failures": 2, "grace": 0}
+    said = []
+    assert wd.check(cfg, str(tmp_path), log=said.append) == "none"  # answering
+    _Engine.hang.set()
+    assert wd.check(cfg, str(tmp_path), log=said.append) == "none"
+    assert wd.check(cfg, str(tmp_path), log=said.append) == "restart"
+    assert ["systemctl", "restart", "--no-block", cfg["unit"]] in calls
+    assert "restarting: 2 real completions failed in a row" in said[-1] and "timed out" in said[-1]
+    state = json.loads((tmp_path / f"{cfg['unit']}.json").read_text())
+    assert state["failures"] == 0 and "timed out" in state["last_restart"]["reason"]
