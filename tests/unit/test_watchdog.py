@@ -57,6 +57,18 @@ def test_a_new_start_forgets_the_old_ones_failures_and_an_inactive_unit_is_left_
     assert act == "none" and state["failures"] == 0
 
 
+def test_a_paused_unit_is_not_probed_and_keeps_its_failures(tmp_path):
+    _actions, state = run({}, probes=[(False, "x")])
+    state, act = wd.decide(state, UP, None, 3, 600, paused=True)
+    assert act == "none" and state["failures"] == 1
+    unit = "modelfleet-vllm@tiny.service"
+    assert not wd.paused(unit, str(tmp_path))
+    (tmp_path / unit).write_text("1000")
+    assert wd.paused(unit, str(tmp_path), now=999) and not wd.paused(unit, str(tmp_path), now=1000)
+    (tmp_path / unit).write_text("not a time")
+    assert not wd.paused(unit, str(tmp_path), now=0)
+
+
 class _Engine(BaseHTTPRequestHandler):
     hang = threading.Event()
 
@@ -108,10 +120,16 @@ def test_check_restarts_a_unit_whose_health_answers_while_completions_hang(engin
     cfg = {"unit": "modelfleet-vllm@tiny.service", "url": engine, "served_name": "tiny", "env_file": "/nonexistent",
            "timeout": 1, "failures": 2, "grace": 0}
     said = []
-    assert wd.check(cfg, str(tmp_path), log=said.append) == "none"  # answering
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    assert wd.check(cfg, str(tmp_path), log=said.append, pause_dir=str(pause)) == "none"  # answering
     _Engine.hang.set()
-    assert wd.check(cfg, str(tmp_path), log=said.append) == "none"
-    assert wd.check(cfg, str(tmp_path), log=said.append) == "restart"
+    assert wd.check(cfg, str(tmp_path), log=said.append, pause_dir=str(pause)) == "none"
+    (pause / cfg["unit"]).write_text(str(time.time() + 600))  # a benchmark measures it: not probed, not restarted
+    assert [wd.check(cfg, str(tmp_path), log=said.append, pause_dir=str(pause)) for _ in range(3)] == ["none"] * 3
+    assert len(said) == 1
+    (pause / cfg["unit"]).unlink()
+    assert wd.check(cfg, str(tmp_path), log=said.append, pause_dir=str(pause)) == "restart"
     assert ["systemctl", "restart", "--no-block", cfg["unit"]] in calls
     assert "restarting: 2 real completions failed in a row" in said[-1] and "timed out" in said[-1]
     state = json.loads((tmp_path / f"{cfg['unit']}.json").read_text())

@@ -18,20 +18,26 @@ import sys
 import time
 
 STATE_DIR = "/var/lib/modelfleet-watchdog"
+# /run/modelfleet-watchdog/pause/<unit> holds an epoch: until then the unit is not probed (the benchmark role
+# pauses the units it measures - a probe is another client, and its tokens would be counted in the point); a
+# pause whose writer died ends by itself
+PAUSE_DIR = "/run/modelfleet-watchdog/pause"
 
 
-def decide(state: dict, unit: dict, probe: tuple[bool, str] | None, failures: int, grace: float) -> tuple[dict, str]:
+def decide(state: dict, unit: dict, probe: tuple[bool, str] | None, failures: int, grace: float,
+           paused: bool = False) -> tuple[dict, str]:
     """The next state and the action ("none", "probe" or "restart") for one unit.
 
     state: what the last runs kept {invocation, answered, failures, last_failure}; unit: {active: bool,
     invocation: systemd's InvocationID, active_seconds: since it became active}; probe: None to ask whether to
-    probe, else (ok, reason) of the probe just made."""
+    probe, else (ok, reason) of the probe just made; paused: a benchmark is measuring the unit (no probe; the
+    failures so far are kept)."""
     if not unit["active"]:
         return {"invocation": None, "answered": False, "failures": 0}, "none"
     if state.get("invocation") != unit["invocation"]:  # a new start: its history is its own
         state = {"invocation": unit["invocation"], "answered": False, "failures": 0}
     if probe is None:
-        return state, "probe"
+        return state, "none" if paused else "probe"
     ok, reason = probe
     if ok:
         return dict(state, answered=True, failures=0), "none"
@@ -79,7 +85,17 @@ def _save(path: str, data: dict) -> None:
     os.replace(tmp, path)
 
 
-def check(cfg: dict, state_dir: str, log=print) -> str:
+def paused(unit: str, pause_dir: str = PAUSE_DIR, now: float | None = None) -> bool:
+    """Whether a pause for this unit is in force (a file holding an epoch in the future)."""
+    try:
+        with open(os.path.join(pause_dir, unit)) as f:
+            until = float(f.read().strip() or 0)
+    except (OSError, ValueError):
+        return False
+    return until > (time.time() if now is None else now)
+
+
+def check(cfg: dict, state_dir: str, log=print, pause_dir: str = PAUSE_DIR) -> str:
     """One look at one unit described by cfg {unit, url, served_name, env_file, prompt, timeout, failures, grace};
     returns the action taken."""
     try:
@@ -92,7 +108,7 @@ def check(cfg: dict, state_dir: str, log=print) -> str:
     state = _load(path)
     last_restart = state.get("last_restart")
     info = _show(unit)
-    state, action = decide(state, info, None, int(cfg["failures"]), float(cfg["grace"]))
+    state, action = decide(state, info, None, int(cfg["failures"]), float(cfg["grace"]), paused(unit, pause_dir))
     if action == "probe":
         stage, detail, _text = look(cfg["url"], cfg["served_name"], _api_key(cfg.get("env_file", "")),
                                     prompt=cfg.get("prompt") or "Hello", max_tokens=1,
