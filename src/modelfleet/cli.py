@@ -78,14 +78,25 @@ def cmd_plan(a) -> int:
     facts = _inspect_source(a.source, a.revision, a.endpoint)
     gpus = {"count": a.gpus, "memory_bytes": int(a.gpu_memory_gib * GiB), "interconnect": a.interconnect,
             "compute_capability": a.compute_capability}
-    result = plan(facts, gpus, profile, input_len=a.input_len, output_len=a.output_len,
-                  gpu_memory_utilization=a.gpu_memory_utilization, kv_cache_dtype=a.kv_cache_dtype)
+    kw = dict(input_len=a.input_len, output_len=a.output_len, gpu_memory_utilization=a.gpu_memory_utilization,
+              kv_cache_dtype=a.kv_cache_dtype)
+    if a.hosts is None:
+        result = plan(facts, gpus, profile, **kw)
+    else:  # a group of that many hosts with these GPUs: one host, or pipeline (or data) parallel across them
+        from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.group import layout
+
+        if a.hosts < 1:
+            raise ModelfleetError(f"--hosts must be >= 1, got {a.hosts}")
+        result = layout(facts, [gpus] * a.hosts, profile, **kw)
     result["model"] = {"architecture": facts["architecture"], "attention": facts["attention"],
                        "revision": facts.get("revision"), "source": facts["source"]}
 
     def human(r):
         print(f"plan for {facts['architecture']} ({facts['attention']}) on {r['gpu_count']} x "
               f"{fmt_bytes(r['gpu_memory_bytes'])} ({r['interconnect']}), utilization {r['gpu_memory_utilization']}")
+        if "layout" in r:
+            print(f"  layout = {r['layout']} on {r['nodes']} host(s), pipeline_parallel_size = "
+                  f"{r['pipeline_parallel_size']}, data_parallel_size = {r['data_parallel_size']}")
         print(f"  tensor_parallel_size = {r['tensor_parallel_size']}, expert_parallel = {r['expert_parallel']}")
         for k in ("weight_bytes_per_gpu", "kv_room_bytes_per_gpu"):
             print(f"  {k} = {fmt_bytes(r[k])}   [{r['formulas'][k]}]")
@@ -437,6 +448,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("source", help="a local checkpoint directory or a hub repo id (org/name)")
     p.add_argument("--gpus", type=int, required=True, help="GPU count")
     p.add_argument("--gpu-memory-gib", type=float, required=True, help="memory of each GPU, GiB")
+    p.add_argument("--hosts", type=int, default=None,
+                   help="plan for a group of this many such hosts: one host while the model fits, else pipeline "
+                        "parallel across hosts (or the profile's vllm.multi_host layout)")
     p.add_argument("--interconnect", choices=["pcie", "nvlink", "mixed", "single"], default=None)
     p.add_argument("--gpu-memory-utilization", type=float, default=None)
     p.add_argument("--compute-capability", default=None, help="e.g. 12.0 (RTX PRO 6000 Blackwell), 9.0 (H100/H200)")

@@ -32,8 +32,9 @@ def _replicated_fraction_bytes(facts: dict) -> int:
     return int(rep) if rep is not None else 0
 
 
-def kv_bytes_per_token(facts: dict, tp: int, kv_dtype_bytes: int) -> int:
-    layers = facts["num_layers"]
+def kv_bytes_per_token(facts: dict, tp: int, kv_dtype_bytes: int, pp: int = 1) -> int:
+    """Per GPU: a pipeline stage holds the KV of its own layers only (the most a stage has: ceil(layers / PP))."""
+    layers = -(-facts["num_layers"] // pp)
     if facts["attention"] == "mla":
         return (facts["kv_lora_rank"] + (facts.get("qk_rope_head_dim") or 0)) * layers * kv_dtype_bytes
     kv_heads = facts.get("num_key_value_heads") or facts["num_attention_heads"]
@@ -102,8 +103,15 @@ def gpus_from_facts(gf: dict) -> dict:
 
 def plan(facts: dict, gpus: dict, profile: dict | None = None, input_len: int = 1024, output_len: int = 1024,
          gpu_memory_utilization: float | None = None, kv_cache_dtype: str | None = None,
-         overhead_bytes: int = DEFAULT_OVERHEAD_BYTES) -> dict:
-    """Return the plan. gpus: {count, memory_bytes, compute_capability?, interconnect: pcie|nvlink|mixed|single}."""
+         overhead_bytes: int = DEFAULT_OVERHEAD_BYTES, pipeline_parallel_size: int = 1) -> dict:
+    """Return the plan. gpus: {count, memory_bytes, compute_capability?, interconnect: pcie|nvlink|mixed|single}
+    of one host; pipeline_parallel_size > 1: the model's layers split in that many stages, one host each, with the
+    same GPUs (group.layout chooses it)."""
+    pp = pipeline_parallel_size
+    if not isinstance(pp, int) or isinstance(pp, bool) or pp < 1:
+        raise PlanError(f"pipeline_parallel_size must be a whole number >= 1, got {pp!r}")
+    if pp > 1 and pp > (facts.get("num_layers") or 0):
+        raise PlanError(f"pipeline_parallel_size {pp} is more than the model's {facts.get('num_layers')} layers")
     if "gpu_count" in gpus and "memory_bytes" not in gpus:  # gpu_facts' output as it is
         gpus = gpus_from_facts(gpus)
     count = gpus.get("count") or gpus.get("gpu_count")
@@ -185,15 +193,16 @@ def plan(facts: dict, gpus: dict, profile: dict | None = None, input_len: int = 
         reasons.append(f"{facts['attention'].upper()} MoE on NVLink: TP={tp} + EP (all-to-all is cheap over NVLink "
                        "and EP keeps whole experts per GPU)")
 
-    weight_per_gpu = -(-sharded // tp) + replicated
-    kv_tok = kv_bytes_per_token(facts, tp, kvb)
+    # a pipeline stage holds its own layers: the split weights and the per-layer replicated ones both divide by PP
+    weight_per_gpu = -(-sharded // (tp * pp)) + -(-replicated // pp)
+    kv_tok = kv_bytes_per_token(facts, tp, kvb, pp)
     budget = int(mem * util)
     room = budget - weight_per_gpu - overhead_bytes
     seq = input_len + output_len
     out = {
         "tensor_parallel_size": tp,
         "expert_parallel": ep,
-        "pipeline_parallel_size": 1,
+        "pipeline_parallel_size": pp,
         "gpu_count": count,
         "interconnect": interconnect,
         "gpu_memory_bytes": mem,
@@ -215,10 +224,12 @@ def plan(facts: dict, gpus: dict, profile: dict | None = None, input_len: int = 
         "warnings": warnings,
         "fits": room > 0,
         "formulas": {
-            "weight_bytes_per_gpu": "ceil((weight_bytes_total - replicated) / TP) + replicated",
-            "kv_bytes_per_token": ("(kv_lora_rank + qk_rope_head_dim) * layers * kv_dtype_bytes (MLA, replicated "
-                                   "per rank)" if facts["attention"] == "mla" else
-                                   "2 * ceil(kv_heads / TP) * head_dim * layers * kv_dtype_bytes"),
+            "weight_bytes_per_gpu": ("ceil((weight_bytes_total - replicated) / TP) + replicated" if pp == 1 else
+                                     "ceil((weight_bytes_total - replicated) / (TP * PP)) + ceil(replicated / PP)"),
+            "kv_bytes_per_token": (("(kv_lora_rank + qk_rope_head_dim) * layers * kv_dtype_bytes (MLA, replicated "
+                                    "per rank)" if facts["attention"] == "mla" else
+                                    "2 * ceil(kv_heads / TP) * head_dim * layers * kv_dtype_bytes")
+                                   + ("" if pp == 1 else ", layers = ceil(layers / PP) per stage")),
             "kv_room_bytes_per_gpu": "gpu_memory_bytes * utilization - weight_bytes_per_gpu - overhead",
             "kv_tokens_capacity": "kv_room_bytes_per_gpu // kv_bytes_per_token",
             "max_concurrency": "kv_tokens_capacity // (input_len + output_len)",

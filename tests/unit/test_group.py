@@ -1,0 +1,113 @@
+"""Multi-host layouts (group.layout) and member derivation (group.members) on the real Kimi-K2.5 INT4 layout."""
+
+from __future__ import annotations
+
+import pytest
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import inspect_local
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import PlanError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.group import layout, members
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import GiB
+
+from tests.conftest import FIXTURES
+
+CK = FIXTURES / "checkpoints"
+SEED_HOST = {"count": 8, "memory_bytes": 96 * GiB, "interconnect": "pcie", "compute_capability": "12.0"}
+H100_HOST = {"count": 8, "memory_bytes": 80 * GiB, "interconnect": "nvlink", "compute_capability": "9.0"}
+
+
+@pytest.fixture(scope="module")
+def kimi(tmp_path_factory):
+    from modelfleet.harness.synthetic import write_checkpoint
+
+    d = tmp_path_factory.mktemp("kimi-group")
+    write_checkpoint(CK / "kimi-k2.5-tensor-inventory.md", CK / "kimi-k2.5-config.json", d)
+    return inspect_local(str(d))
+
+
+def test_the_seed_host_stays_one_host_with_tp8(kimi):
+    p = layout(kimi, [SEED_HOST, SEED_HOST])
+    assert (p["layout"], p["nodes"], p["tensor_parallel_size"], p["pipeline_parallel_size"]) == ("single", 1, 8, 1)
+    assert p["reasons"][0].startswith("one host: the model fits 8 x ")
+
+
+def test_kimi_int4_on_8x80gb_needs_two_hosts_in_pipeline(kimi):
+    p = layout(kimi, [H100_HOST] * 3)
+    assert (p["layout"], p["nodes"], p["tensor_parallel_size"], p["pipeline_parallel_size"]) == ("pp", 2, 8, 2)
+    assert p["fits"] and p["kv_tokens_capacity"] >= 2048
+    assert p["reasons"][0].startswith("2 hosts: the model does not fit one host of 8 x 85.90 GB (80.00 GiB)")
+    single = layout(kimi, [SEED_HOST])  # the same model per GPU: about half the weights at PP=2
+    assert p["weight_bytes_per_gpu"] < 0.55 * single["weight_bytes_per_gpu"]
+    assert "PP" in p["formulas"]["weight_bytes_per_gpu"]
+
+
+def test_a_model_that_fits_no_group_is_refused_with_what_was_tried(kimi):
+    with pytest.raises(PlanError, match=r"does not fit one host of 8 x .*80.00 GiB.*short by .*add hosts to the group"):
+        layout(kimi, [H100_HOST])
+    small = {"count": 2, "memory_bytes": 24 * GiB, "interconnect": "pcie"}
+    with pytest.raises(PlanError, match=r"PP=2: .* PP=3: "):
+        layout(kimi, [small] * 3)
+
+
+def test_hosts_of_different_gpus_are_not_one_group(kimi):
+    with pytest.raises(PlanError, match="must have the same GPUs"):
+        layout(kimi, [dict(SEED_HOST, host="a"), dict(H100_HOST, host="b")])
+
+
+def test_the_profile_asks_for_a_layout(kimi):
+    dp = layout(kimi, [SEED_HOST] * 2, {"vllm": {"multi_host": {"layout": "dp"}}})
+    assert (dp["layout"], dp["nodes"], dp["data_parallel_size"], dp["tensor_parallel_size"]) == ("dp", 2, 2, 8)
+    with pytest.raises(PlanError, match="data parallel keeps a whole copy"):
+        layout(kimi, [H100_HOST] * 2, {"vllm": {"multi_host": {"layout": "dp"}}})
+    with pytest.raises(PlanError, match="does not fit one host"):
+        layout(kimi, [H100_HOST] * 2, {"vllm": {"multi_host": {"layout": "single"}}})
+    three = layout(kimi, [H100_HOST] * 3, {"vllm": {"multi_host": {"layout": "pp", "nodes": 3}}})
+    assert (three["nodes"], three["pipeline_parallel_size"]) == (3, 3)
+    for bad, needle in (({"layout": "ray"}, "must be one of"), ({"nodes": 0}, "whole number"),
+                        ({"nodes": 4}, "asks for 4 hosts; the group has 3")):
+        with pytest.raises(PlanError, match=needle):
+            layout(kimi, [H100_HOST] * 3, {"vllm": {"multi_host": bad}})
+
+
+HOSTS = [{"host": "gpu-a", "address": "10.0.0.1", "ifname": "ens5"}, {"host": "gpu-b", "address": "10.0.0.2"}]
+
+
+def test_members_of_a_pipeline_group(kimi):
+    p = layout(kimi, [H100_HOST] * 2)
+    head, other = members(p, HOSTS, http_port=8000)
+    assert (head["role"], head["rank"], other["role"], other["rank"]) == ("head", 0, "headless", 1)
+    assert head["args"] == ["--pipeline-parallel-size", "2", "--nnodes", "2", "--node-rank", "0",
+                            "--master-addr", "10.0.0.1", "--master-port", "29501"]
+    assert other["args"][-1] == "--headless" and other["args"][5:8] == ["1", "--master-addr", "10.0.0.1"]
+    assert head["environment"] == {"VLLM_HOST_IP": "10.0.0.1", "GLOO_SOCKET_IFNAME": "ens5",
+                                   "NCCL_SOCKET_IFNAME": "ens5"}
+    assert other["environment"] == {"VLLM_HOST_IP": "10.0.0.2"}
+    assert head["peers"] == ["10.0.0.2"] and other["peers"] == ["10.0.0.1"] and head["ports"] == [29501]
+
+
+def test_members_of_a_data_parallel_group(kimi):
+    p = layout(kimi, [SEED_HOST] * 2, {"vllm": {"multi_host": {"layout": "dp"}}})
+    head, other = members(p, HOSTS, http_port=8000, group_port=13345)
+    assert head["args"] == ["--data-parallel-size", "2", "--data-parallel-size-local", "1",
+                            "--data-parallel-address", "10.0.0.1", "--data-parallel-rpc-port", "13345"]
+    assert other["args"][-3:] == ["--data-parallel-start-rank", "1", "--headless"]
+
+
+@pytest.mark.parametrize("hosts,port,needle", [
+    ([HOSTS[0]], None, "needs 2 hosts and the group has 1: add 1"),
+    ([HOSTS[0], {"host": "gpu-b"}], None, "gpu-b: no group address"),
+    ([HOSTS[0], {"host": "gpu-b", "address": "gpu-b.local"}], None, "is not an IP address"),
+    ([HOSTS[0], {"host": "gpu-b", "address": "127.0.0.1"}], None, "is loopback"),
+    ([HOSTS[0], {"host": "gpu-b", "address": "10.0.0.1"}], None, "share a group address"),
+    ([HOSTS[0], {"host": "gpu-a", "address": "10.0.0.2"}], None, "distinct host name"),
+    (HOSTS, 8000, "other than the HTTP port 8000"),
+    (HOSTS, 80, "must be a free port in 1024-65535"),
+])
+def test_what_cannot_be_derived_is_refused(kimi, hosts, port, needle):
+    p = layout(kimi, [H100_HOST] * 2)
+    with pytest.raises(PlanError, match=needle):
+        members(p, hosts, http_port=8000, group_port=port)
+
+
+def test_a_single_host_plan_has_no_members(kimi):
+    with pytest.raises(PlanError, match="not 'single'"):
+        members(layout(kimi, [SEED_HOST]), HOSTS, http_port=8000)
