@@ -116,8 +116,8 @@ def _address(m: dict) -> str:
         raise PlanError(f"{m.get('host', '?')}: group address {addr!r} is not an IP address; give the host's "
                         "address on the private segment") from None
     if ip.is_loopback or ip.is_unspecified:
-        raise PlanError(f"{m.get('host', '?')}: group address {addr} is loopback or unspecified: the other members cannot reach "
-                       "it; give the host's address on the private segment")
+        raise PlanError(f"{m.get('host', '?')}: group address {addr} is loopback or unspecified: the other members "
+                        "cannot reach it; give the host's address on the private segment")
     return str(ip)
 
 
@@ -145,7 +145,7 @@ def members(p: dict, hosts: list[dict], http_port: int, group_port: int | None =
                         f"{http_port}")
     head = addrs[0]
     out = []
-    for r, (h, addr) in enumerate(zip(hosts, addrs)):
+    for r, (h, addr) in enumerate(zip(hosts, addrs, strict=True)):
         env = {"VLLM_HOST_IP": addr}
         if h.get("ifname"):
             env.update(GLOO_SOCKET_IFNAME=h["ifname"], NCCL_SOCKET_IFNAME=h["ifname"])
