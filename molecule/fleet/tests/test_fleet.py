@@ -34,6 +34,12 @@ def _served(host):
     return SERVES[_name(host)]
 
 
+def _other(host, name):
+    """Another host of the scenario, reached the way `host` is."""
+    return host.get_host(f"ansible://{name}", ansible_inventory=host.backend.ansible_inventory
+                         or os.environ.get("MOLECULE_INVENTORY_FILE"))
+
+
 def _unit(host):
     return f"modelfleet-vllm@{_served(host)}.service"
 
@@ -78,8 +84,9 @@ def test_each_model_is_complete_on_the_hosts_that_served_it_and_nowhere_else(hos
 
 def test_every_file_on_every_host_matches_the_lock_and_came_host_to_host(host):
     """Peer distribution (issue 23): every file of every complete model hashes to its lock entry on every host;
-    the hosts that received a model got it host to host (fleet-3 from fleet-2, its parent in the chain, for the
-    first deploy), and no transfer key is left on any host."""
+    the hosts that received a model got it host to host - tiny-llama-b, which both other hosts received in the
+    first deploy, in a chain: one from the origin fleet-1, the other from that one (which one is first follows the
+    play's host order) - and no transfer key is left on any host."""
     name = _name(host)
     for repo in ("modelfleet-test--tiny-llama", "modelfleet-test--tiny-llama-b"):
         out = host.run(f"ls -d /models/{repo}/*/.modelfleet/complete")
@@ -101,8 +108,15 @@ def test_every_file_on_every_host_matches_the_lock_and_came_host_to_host(host):
             assert status.get("via") != "peer", status
         else:
             assert status["via"] == "peer" and status["state"] == "complete", status
-            want = {"fleet-2": ["fleet-1"], "fleet-3": ["fleet-2"]}[name]
-            assert status["sources"] == want and status["dropped"] == [], (name, repo, status)
+            assert status["dropped"] == [] and len(status["sources"]) == 1, (name, repo, status)
+            assert status["sources"][0] in PORTS and status["sources"][0] != name, (name, repo, status)
+            if repo.endswith("-b"):
+                other = ({"fleet-2", "fleet-3"} - {name}).pop()
+                theirs = json.loads(_other(host, other).file(
+                    f"/models/.status/{repo}@{lock['revision']}.json").content_string)["sources"]
+                chain = {name: status["sources"], other: theirs}
+                assert chain in ({"fleet-2": ["fleet-1"], "fleet-3": ["fleet-2"]},
+                                 {"fleet-3": ["fleet-1"], "fleet-2": ["fleet-3"]}), chain
     keys = host.run("cat /var/lib/modelfleet-peer/.ssh/authorized_keys 2>/dev/null").stdout
     assert "ssh-ed25519" not in keys and "modelfleet peer" not in keys, keys
     assert host.run("find /run/modelfleet-peer -type f 2>/dev/null").stdout.strip() == ""
