@@ -9,7 +9,10 @@ import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import readiness
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import watchdog as wd
+
+from tests.conftest import ROOT
 
 UP = {"active": True, "invocation": "a1", "active_seconds": 1000.0}
 
@@ -122,15 +125,54 @@ def test_check_restarts_a_unit_whose_health_answers_while_completions_hang(engin
     said = []
     pause = tmp_path / "pause"
     pause.mkdir()
-    assert wd.check(cfg, str(tmp_path), log=said.append, pause_dir=str(pause)) == "none"  # answering
+    assert wd.check(cfg, str(tmp_path), readiness.look, said.append, pause_dir=str(pause)) == "none"  # answering
     _Engine.hang.set()
-    assert wd.check(cfg, str(tmp_path), log=said.append, pause_dir=str(pause)) == "none"
+    assert wd.check(cfg, str(tmp_path), readiness.look, said.append, pause_dir=str(pause)) == "none"
     (pause / cfg["unit"]).write_text(str(time.time() + 600))  # a benchmark measures it: not probed, not restarted
-    assert [wd.check(cfg, str(tmp_path), log=said.append, pause_dir=str(pause)) for _ in range(3)] == ["none"] * 3
+    looks = [wd.check(cfg, str(tmp_path), readiness.look, said.append, pause_dir=str(pause)) for _ in range(3)]
+    assert looks == ["none"] * 3
     assert len(said) == 1
     (pause / cfg["unit"]).unlink()
-    assert wd.check(cfg, str(tmp_path), log=said.append, pause_dir=str(pause)) == "restart"
+    assert wd.check(cfg, str(tmp_path), readiness.look, said.append, pause_dir=str(pause)) == "restart"
     assert ["systemctl", "restart", "--no-block", cfg["unit"]] in calls
     assert "restarting: 2 real completions failed in a row" in said[-1] and "timed out" in said[-1]
     state = json.loads((tmp_path / f"{cfg['unit']}.json").read_text())
     assert state["failures"] == 0 and "timed out" in state["last_restart"]["reason"]
+
+
+def test_the_host_entry_point_runs_without_ansible_and_restarts_a_hung_unit(engine, tmp_path):
+    """roles/vllm_service/files/modelfleet-watchdog.py as the host runs it: the system's python3 (no Ansible), the
+    module_utils files copied beside it, systemctl first on PATH (here a recording stand-in: this machine has no
+    systemd; molecule/fleet runs the real one)."""
+    import shutil
+    import subprocess
+    import sys
+
+    py = shutil.which("python3", path="/usr/bin") or sys.executable
+    code = tmp_path / "opt"
+    code.mkdir()
+    utils = ROOT / "plugins/module_utils/modelfleet"
+    entry = ROOT / "roles/vllm_service/files/modelfleet-watchdog.py"
+    for src in (entry, utils / "watchdog.py", utils / "readiness.py"):
+        shutil.copy(src, code)
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text("#!/bin/sh\necho \"$*\" >> %s\n[ \"$1\" = show ] && printf "
+                                       "'ActiveState=active\\nInvocationID=a1\\nActiveEnterTimestampMonotonic=1\\n'\n"
+                                       "exit 0\n" % (tmp_path / "calls"))
+    (bin_dir / "systemctl").chmod(0o755)
+    conf = tmp_path / "conf"
+    conf.mkdir()
+    unit = "modelfleet-vllm@tiny.service"
+    (conf / "tiny.json").write_text(json.dumps({"unit": unit, "url": engine, "served_name": "tiny", "env_file": "/none",
+                                                "timeout": 1, "failures": 2, "grace": 0}))
+    (conf / "broken.json").write_text("[1, 2]")
+    env = {"PATH": f"{bin_dir}:/usr/bin:/bin", "STATE_DIRECTORY": str(tmp_path / "state")}
+    _Engine.hang.set()
+    runs = [subprocess.run([py, "-I", str(code / "modelfleet-watchdog.py"), str(conf)], env=env, capture_output=True,
+                           text=True, timeout=60) for _ in range(2)]
+    assert [r.returncode for r in runs] == [1, 1]  # the broken description is named, the good one still watched
+    assert "broken.json: not a watchdog description" in runs[0].stderr and "Traceback" not in runs[0].stderr
+    assert "failed (1 of 2 in a row)" in runs[0].stdout
+    assert f"{unit}: restarting: 2 real completions failed in a row" in runs[1].stdout
+    assert f"restart --no-block {unit}" in (tmp_path / "calls").read_text()

@@ -72,8 +72,8 @@ def layout(facts: dict, hosts: list[dict], profile: dict | None = None, input_le
         return p
 
     if want in ("auto", "single") and _room_ok(one, need) and nodes in ("auto", 1):
-        return done(one, "single", 1, f"one host: the model fits {what} with room for {one['kv_tokens_capacity']} "
-                                       f"tokens of KV cache (a sequence needs {need})")
+        why = f"one host: the model fits {what} with room for {one['kv_tokens_capacity']} tokens of KV cache"
+        return done(one, "single", 1, f"{why} (a sequence needs {need})")
     if want == "dp":
         if not _room_ok(one, need):
             raise PlanError(f"data parallel keeps a whole copy on each host, and one host of {what} cannot hold it "

@@ -1,20 +1,14 @@
 """One look at a vLLM server's readiness: /health answers 200, /v1/models lists the served name, and one
 real completion comes back. Shared by the `vllm_readiness` module (the start-up wait), the `deploy_record`
-module (the unchanged-host check) and the liveness watchdog on the hosts (watchdog.py, which runs with no
-Ansible: the standard library's urlopen is used there)."""
+module (the unchanged-host check) and the hosts' liveness watchdog (roles/vllm_service/files/modelfleet-watchdog.py,
+which runs it with the standard library's HTTP client in place of Ansible's)."""
 
 from __future__ import annotations
 
 import json
 import urllib.error
 
-try:
-    from ansible.module_utils.urls import open_url
-except ImportError:  # on a host, copied beside watchdog.py by the vllm_service role
-    from urllib.request import Request, urlopen
-
-    def open_url(url, data=None, headers=None, timeout=10):
-        return urlopen(Request(url, data=data, headers=headers or {}), timeout=timeout)
+from ansible.module_utils.urls import open_url
 
 # What the start-up wait needs to know about the unit (systemctl show)
 UNIT_PROPERTIES = ("ActiveState", "SubState", "NRestarts", "Result", "ExecMainCode", "ExecMainStatus")

@@ -1,12 +1,12 @@
 """The liveness watchdog of served units: vLLM's /health can answer 200 for minutes while nothing can be generated
 (an engine process stopped or hung, a dead worker of a group), and the API process does not exit, so systemd's
-Restart= never fires. On every host the vllm_service role installs a timer (modelfleet-watchdog.timer) that runs
-this file with the standard library's Python: for each served unit described under /etc/modelfleet/watchdog/, one
-real completion of one token with a timeout; `failures` failures in a row restart the unit, with the reason in the
-journal and in the unit's state file.
+Restart= never fires. On every host the vllm_service role installs a timer (modelfleet-watchdog.timer) whose
+service runs roles/vllm_service/files/modelfleet-watchdog.py with the system's python3 (no Ansible there): for each
+served unit described under /etc/modelfleet/watchdog/, one real completion of one token with a timeout (readiness.
+look); `failures` failures in a row restart the unit, with the reason in the journal and in the unit's state file.
 
-`decide` is the rule (pure, unit-tested); `main` is the glue (systemctl, the probe, the state files). A unit that
-is not active is left alone (stopped on purpose, or systemd is restarting it); one started less than `grace`
+`decide` is the rule (pure, unit-tested); `check` is the glue for one unit (systemctl, the probe, the state file).
+A unit that is not active is left alone (stopped on purpose, or systemd is restarting it); one started less than `grace`
 seconds ago that has not answered yet is starting, not failing (its start budget, TimeoutStartSec, is the grace)."""
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 import time
 
 STATE_DIR = "/var/lib/modelfleet-watchdog"
@@ -95,14 +94,9 @@ def paused(unit: str, pause_dir: str = PAUSE_DIR, now: float | None = None) -> b
     return until > (time.time() if now is None else now)
 
 
-def check(cfg: dict, state_dir: str, log=print, pause_dir: str = PAUSE_DIR) -> str:
-    """One look at one unit described by cfg {unit, url, served_name, env_file, prompt, timeout, failures, grace};
-    returns the action taken."""
-    try:
-        from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.readiness import look
-    except ImportError:  # on a host: the role copies readiness.py beside this file
-        from readiness import look  # type: ignore[no-redef]
-
+def check(cfg: dict, state_dir: str, look, log, pause_dir: str = PAUSE_DIR) -> str:
+    """One look at one unit described by cfg {unit, url, served_name, env_file, prompt, timeout, failures, grace},
+    probing with `look` (readiness.look) and saying what it finds with `log`; returns the action taken."""
     unit = cfg["unit"]
     path = os.path.join(state_dir, unit + ".json")
     state = _load(path)
@@ -131,28 +125,3 @@ def check(cfg: dict, state_dir: str, log=print, pause_dir: str = PAUSE_DIR) -> s
         state = dict(state, last_restart=last_restart)
     _save(path, state)
     return action
-
-
-def main(argv: list[str]) -> int:
-    conf_dir = argv[1] if len(argv) > 1 else "/etc/modelfleet/watchdog"
-    state_dir = os.environ.get("STATE_DIRECTORY", STATE_DIR).split(":")[0]
-    os.makedirs(state_dir, exist_ok=True)
-    try:
-        names = sorted(n for n in os.listdir(conf_dir) if n.endswith(".json"))
-    except FileNotFoundError:
-        names = []
-    rc = 0
-    for name in names:
-        cfg = _load(os.path.join(conf_dir, name))
-        try:
-            check(cfg, state_dir)
-        except (KeyError, TypeError, ValueError) as e:
-            print(f"{name}: not a watchdog description ({type(e).__name__}: {e}); rewrite it with the "
-                  "vllm_service role", file=sys.stderr)
-            rc = 1
-    return rc
-
-
-if __name__ == "__main__":
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-    sys.exit(main(sys.argv))
