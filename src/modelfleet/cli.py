@@ -216,7 +216,7 @@ def cmd_bench(a) -> int:
     cfg.update(base_url=a.url.rstrip("/"), model=a.model, api_key=_api_key(a), endpoint=a.endpoint,
                input_len=a.input_len, output_len=a.output_len, vocab_size=a.vocab_size, warmup=a.warmup,
                processes=a.processes, seed=a.seed, goodput_ttft_ms=a.goodput_ttft_ms,
-               goodput_tpot_ms=a.goodput_tpot_ms)
+               goodput_tpot_ms=a.goodput_tpot_ms, tokenizer=a.model_repo or None)
 
     def progress(p):
         if a.json:

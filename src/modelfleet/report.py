@@ -108,6 +108,14 @@ def write_html(result: dict, path: Path, png_name: str, title: str) -> None:
     formulas = "".join(f"<li><b>{html.escape(k)}</b>: {html.escape(v)}</li>"
                        for k, v in result.get("formulas", {}).items())
     h = result.get("headline", {})
+    # the method export: each point as other tools' command lines (bench.equivalent_commands)
+    export = "".join(
+        f"<details><summary>C={_fmt(p.get('max_concurrency'))}, rate {_fmt(p.get('request_rate'))}, "
+        f"{_fmt(p.get('num_prompts'))} prompts</summary>"
+        + "".join(f"<p>{html.escape(tool)}</p><pre>{html.escape(cmd)}</pre>"
+                  for tool, cmd in p["equivalent_commands"].items() if tool != "note")
+        + f"<p><i>{html.escape(p['equivalent_commands'].get('note', ''))}</i></p></details>"
+        for p in pts if p.get("equivalent_commands"))
     doc = f"""<!doctype html>
 <html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>body{{font-family:sans-serif;margin:2em}}table{{border-collapse:collapse}}
@@ -119,6 +127,7 @@ Peak: <b>{_fmt(h.get('peak_output_tok_s'))}</b> output tok/s at C={_fmt(h.get('p
 <p>Knee: {html.escape((result.get('knee') or {}).get('summary', '-'))}</p>
 <img src="{html.escape(png_name)}" alt="throughput and latency vs concurrency">
 <h2>Points</h2><table><tr>{head}</tr>{''.join(rows)}</table>
+<h2>Reproduce with your own tool</h2>{export or '<p>-</p>'}
 <h2>Formulas</h2><ul>{formulas}</ul>
 <h2>Provenance</h2><pre>{prov}</pre>
 </body></html>

@@ -55,6 +55,11 @@ def test_sweep_writes_every_artifact(sweep):
     assert [int(r["max_concurrency"]) for r in rows] == [1, 2, 4, 8, 16]
     html = (out / "tiny.html").read_text()
     assert 'src="tiny.png"' in html and "Provenance" in html and "57acd6fa976d" in html
+    # the method export: every point as vllm bench serve / GuideLLM / AIPerf command lines, in the result and the page
+    cmds = result["points"][-1]["equivalent_commands"]
+    assert "--max-concurrency 16" in cmds["vllm_bench_serve"] and "--tokenizer modelfleet-test/tiny-llama" in \
+        cmds["vllm_bench_serve"] and "--rate 16" in cmds["guidellm"] and "--concurrency 16" in cmds["aiperf"]
+    assert "Reproduce with your own tool" in html and "guidellm benchmark" in html
     assert summary["headline"]["single_stream_output_tok_s"] > 0
 
 

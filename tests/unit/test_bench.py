@@ -177,3 +177,32 @@ def test_headline_text_never_prints_an_invalid_point_as_a_figure():
     none = [dict(pt(1, 5, 100, valid=False), invalid_reasons=[])]
     text = bench.headline_text({"points": none, "headline": bench.headline(none), "knee": bench.find_knee(none)})
     assert text.startswith("single stream not measured, peak not measured;") and "C=1: invalid" in text
+
+
+def test_equivalent_commands_repeat_the_point_with_other_tools():
+    import shlex
+
+    cfg = {"base_url": "http://10.0.0.5:8000/", "model": "kimi", "endpoint": "completions", "input_len": 1024,
+           "output_len": 256, "seed": 3, "api_key": "sk-secret", "goodput_ttft_ms": 500, "goodput_tpot_ms": None}
+    closed = bench.equivalent_commands(cfg, {"num_prompts": 64, "max_concurrency": 16, "request_rate": "inf"},
+                                       tokenizer="moonshotai/Kimi-K2.5")
+    v = shlex.split(closed["vllm_bench_serve"])
+    assert v[:3] == ["vllm", "bench", "serve"] and "--ignore-eos" in v
+    for flag, want in (("--base-url", "http://10.0.0.5:8000"), ("--random-input-len", "1024"),
+                       ("--random-output-len", "256"), ("--num-prompts", "64"), ("--max-concurrency", "16"),
+                       ("--request-rate", "inf"), ("--tokenizer", "moonshotai/Kimi-K2.5"), ("--goodput", "ttft:500")):
+        assert v[v.index(flag) + 1] == want, flag
+    g = shlex.split(closed["guidellm"])
+    assert g[g.index("--rate-type") + 1:g.index("--rate-type") + 4] == ["concurrent", "--rate", "16"]
+    assert "prompt_tokens=1024,output_tokens=256" in g and g[g.index("--max-requests") + 1] == "64"
+    a = shlex.split(closed["aiperf"])
+    assert a[a.index("--concurrency") + 1] == "16" and "--request-rate" not in a and "ignore_eos:true" in a
+    assert all("sk-secret" not in x for x in closed.values()) and "OPENAI_API_KEY" in closed["note"]
+    opened = bench.equivalent_commands(dict(cfg, endpoint="chat", api_key=""),
+                                       {"num_prompts": 200, "max_concurrency": 32, "request_rate": 4.5})
+    v, g, a = (shlex.split(opened[k]) for k in ("vllm_bench_serve", "guidellm", "aiperf"))
+    assert v[v.index("--request-rate") + 1] == "4.5" and v[v.index("--max-concurrency") + 1] == "32"
+    assert v[v.index("--endpoint") + 1] == "/v1/chat/completions" and v[v.index("--tokenizer") + 1] == "kimi"
+    assert g[g.index("--rate-type") + 1:g.index("--rate-type") + 4] == ["poisson", "--rate", "4.5"]
+    assert a[a.index("--request-rate") + 1] == "4.5" and a[a.index("--endpoint-type") + 1] == "chat"
+    assert "OPENAI_API_KEY" not in opened["note"]

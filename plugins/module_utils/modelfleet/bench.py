@@ -343,3 +343,47 @@ def baseline_gate(current: dict, baseline: dict, tolerance: float) -> dict:
     if not checked and not failures:
         raise BenchError("the baseline has neither single_stream_output_tok_s nor peak_output_tok_s")
     return {"passed": not failures, "failures": failures, "checked": checked}
+
+
+def equivalent_commands(cfg: dict, point: dict, tokenizer: str | None = None) -> dict:
+    """The same point as `vllm bench serve`, GuideLLM and AIPerf command lines, so that a reader can re-run it with
+    their own tool: same endpoint, model, input and output lengths, ignore_eos, request count, and concurrency (or
+    Poisson rate capped by the concurrency). The prompts are each tool's own synthetic ones of the same token
+    lengths, not these; the API key is read from the environment, never written here."""
+    import shlex
+
+    url, model = cfg["base_url"].rstrip("/"), cfg["model"]
+    chat = cfg.get("endpoint") == "chat"
+    n, c = int(point["num_prompts"]), point.get("max_concurrency")
+    rate = point.get("request_rate")
+    rate = None if rate in (None, "inf", float("inf")) else float(rate)
+    tok = tokenizer or model
+    ilen, olen = int(cfg["input_len"]), int(cfg["output_len"])
+    vllm = ["vllm", "bench", "serve", "--backend", "openai-chat" if chat else "vllm", "--base-url", url,
+            "--endpoint", "/v1/chat/completions" if chat else "/v1/completions", "--model", model, "--tokenizer", tok,
+            "--dataset-name", "random", "--random-input-len", str(ilen), "--random-output-len", str(olen),
+            "--num-prompts", str(n), "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el",
+            "--metric-percentiles", "50,90,99", "--seed", str(cfg.get("seed", 0))]
+    if c:
+        vllm += ["--max-concurrency", str(c)]
+    vllm += ["--request-rate", "inf" if rate is None else f"{rate:g}"]
+    goodput = [f"{k}:{cfg[f'goodput_{k}_ms']:g}" for k in ("ttft", "tpot") if cfg.get(f"goodput_{k}_ms")]
+    if goodput:
+        vllm += ["--goodput", *goodput]
+    guide = ["guidellm", "benchmark", "--target", url, "--model", model, "--processor", tok, "--data",
+             f"prompt_tokens={ilen},output_tokens={olen}", "--max-requests", str(n)]
+    guide += (["--rate-type", "poisson", "--rate", f"{rate:g}"] if rate is not None
+              else ["--rate-type", "concurrent", "--rate", str(c or 1)])
+    aiperf = ["aiperf", "profile", "--model", model, "--tokenizer", tok, "--url", url, "--endpoint-type",
+              "chat" if chat else "completions", "--streaming", "--synthetic-input-tokens-mean", str(ilen),
+              "--synthetic-input-tokens-stddev", "0", "--output-tokens-mean", str(olen), "--output-tokens-stddev",
+              "0", "--extra-inputs", "ignore_eos:true", "--request-count", str(n), "--random-seed",
+              str(cfg.get("seed", 0))]
+    if rate is not None:
+        aiperf += ["--request-rate", f"{rate:g}"]
+    if c:
+        aiperf += ["--concurrency", str(c)]
+    key = " (the API key: OPENAI_API_KEY in the environment; AIPerf: --api-key \"$OPENAI_API_KEY\")" \
+        if cfg.get("api_key") else ""
+    return {"vllm_bench_serve": shlex.join(vllm), "guidellm": shlex.join(guide), "aiperf": shlex.join(aiperf),
+            "note": "each tool's own synthetic prompts of the same token lengths" + key}

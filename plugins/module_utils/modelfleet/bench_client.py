@@ -37,7 +37,7 @@ def default_config() -> dict:
         "input_len": 128, "output_len": 128, "vocab_size": 0, "seed": 0, "warmup": 2,
         "processes": 1, "request_timeout_s": 600.0, "metrics_interval_s": 0.5,
         "goodput_ttft_ms": None, "goodput_tpot_ms": None, "max_cpu_fraction": 0.9, "max_lag_p99_ms": 25.0,
-        "reconcile_tolerance": bench.RECONCILE_TOLERANCE,
+        "reconcile_tolerance": bench.RECONCILE_TOLERANCE, "tokenizer": None,
     }
 
 
@@ -330,6 +330,8 @@ def run_sweep(cfg: dict, *, levels: list[int], request_rate: float | None = None
         bound = bench.kv_bound(cap, cfg["input_len"], cfg["output_len"])
         p["kv_bound_concurrency"] = bound
         p["beyond_kv_bound"] = bool(bound is not None and c > bound)
+        # the same point with other tools (method export); the tokenizer other tools load: the model's repo
+        p["equivalent_commands"] = bench.equivalent_commands(cfg, p, cfg.get("tokenizer"))
         points.append(p)
         if progress:
             progress(p)
