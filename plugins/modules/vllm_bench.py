@@ -36,6 +36,7 @@ options:
   concurrency_levels: {description: Explicit levels (overrides O(max_concurrency))., type: list, elements: int}
   request_rate: {description: Poisson request rate (req/s); 0 = closed loop., type: float, default: 0}
   per_level: {description: "Prompts per point = clamp(concurrency * per_level, min_prompts, max_prompts).", type: int, default: 4}
+  repeat: {description: "Runs of every point; from 2, each point carries its throughputs' Student-t 95% confidence interval.", type: int, default: 1}
   min_prompts: {description: Fewest prompts per point., type: int, default: 8}
   max_prompts: {description: Most prompts per point., type: int, default: 2000}
   warmup: {description: Warm-up requests before each point (not measured)., type: int, default: 2}
@@ -103,6 +104,7 @@ def main():
             "concurrency_levels": {"type": "list", "elements": "int"},
             "request_rate": {"type": "float", "default": 0},
             "per_level": {"type": "int", "default": 4},
+            "repeat": {"type": "int", "default": 1},
             "min_prompts": {"type": "int", "default": 8},
             "max_prompts": {"type": "int", "default": 2000},
             "warmup": {"type": "int", "default": 2},

@@ -228,7 +228,8 @@ def cmd_bench(a) -> int:
               f"{'-' if p['reconcile_diff'] is None else format(p['reconcile_diff'], '.2%')}{flag}", flush=True)
 
     result = bench_client.run_sweep(cfg, levels=levels, request_rate=a.request_rate or None,
-                                    per_level=a.per_level, min_prompts=a.min_prompts, progress=progress)
+                                    per_level=a.per_level, min_prompts=a.min_prompts, progress=progress,
+                                    repeat=a.repeat)
     result["provenance"] = {"model_repo": a.model_repo or a.model, "revision": a.revision or "",
                             "endpoint": a.url, "benchmarked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     name = a.name or a.model
@@ -499,6 +500,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--levels", type=int, nargs="*", default=None)
     p.add_argument("--request-rate", type=float, default=0.0, help="Poisson rate per point; 0 = closed loop")
     p.add_argument("--per-level", type=int, default=4)
+    p.add_argument("--repeat", type=int, default=1,
+                   help="runs of every point; from 2 each point carries its throughputs' 95%% confidence interval")
     p.add_argument("--min-prompts", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--processes", type=int, default=1)

@@ -12,6 +12,8 @@ import html
 import json
 from pathlib import Path
 
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench
+
 THROUGHPUT_COLOR = "#1f77b4"
 LATENCY_COLOR = "#d62728"
 TPOT_COLOR = "#ff7f0e"
@@ -87,8 +89,12 @@ def _fmt(v, nd=1, escape=True):
 
 
 def write_html(result: dict, path: Path, png_name: str, title: str) -> None:
-    pts = sorted(result["points"], key=lambda p: p["max_concurrency"])
+    # the error bars (95%, Student-t): throughput over repeated runs, mean TTFT over the point's requests
+    pts = [dict(p, out_ci=(p.get("ci_output_throughput") or {}).get("half_width"),
+                ttft_ci=(p.get("ci_ttft_ms") or {}).get("half_width"))
+           for p in sorted(result["points"], key=lambda p: p["max_concurrency"])]
     cols = [("C", "max_concurrency"), ("prompts", "num_prompts"), ("out tok/s", "output_throughput"),
+            ("out tok/s ±95%", "out_ci"), ("TTFT mean ±95% ms", "ttft_ci"),
             ("tok/s/user", "output_tokens_per_user_s"), ("TTFT p50 ms", "median_ttft_ms"),
             ("TTFT p99 ms", "p99_ttft_ms"), ("TPOT p50 ms", "median_tpot_ms"), ("ITL p99 ms", "p99_itl_ms"),
             ("E2E p50 ms", "median_e2el_ms"), ("E2E p99 ms", "p99_e2el_ms"), ("client queue p99 ms", "p99_queue_ms"),
@@ -148,19 +154,37 @@ def write_reports(result: dict, out_dir: Path, name: str) -> dict:
     return {k: str(v) for k, v in paths.items()}
 
 
+def _vs_first(first: dict | None, ci: dict | None) -> str:
+    """How a result's peak compares with the first row's: different only when their confidence intervals (repeated
+    runs) do not overlap."""
+    if first is None:
+        return "(first)"
+    verdict = bench.differ(first, ci or {})
+    if verdict is None:
+        return "no interval (run with repeat >= 2)"
+    return "different" if verdict else "within noise"
+
+
 def comparison_rows(results: dict[str, dict]) -> list[dict]:
-    """One row per result: the seed's INT4 vs NVFP4 vs MiniMax table shape."""
+    """One row per result: the seed's INT4 vs NVFP4 vs MiniMax table shape; with each peak's 95% interval and
+    whether it differs from the first row's."""
     rows = []
-    for name, r in sorted(results.items()):
+    first_ci = None
+    for i, (name, r) in enumerate(sorted(results.items())):
         prov, h, k = r.get("provenance", {}), r.get("headline", {}), r.get("knee", {})
         rows.append({"name": name, "model": prov.get("model_repo") or r.get("model_id"),
                      "revision": str(prov.get("revision", ""))[:12], "host": prov.get("host", ""),
                      "tp": prov.get("tensor_parallel_size"), "ep": prov.get("expert_parallel"),
                      "single_stream_tok_s": h.get("single_stream_output_tok_s"),
-                     "peak_tok_s": h.get("peak_output_tok_s"), "peak_concurrency": h.get("peak_concurrency"),
+                     "peak_tok_s": h.get("peak_output_tok_s"),
+                     "peak_tok_s_ci95": (h.get("peak_output_tok_s_ci") or {}).get("half_width"),
+                     "peak_vs_first": _vs_first(first_ci if i else None, h.get("peak_output_tok_s_ci")),
+                     "peak_concurrency": h.get("peak_concurrency"),
                      "knee_concurrency": k.get("knee_concurrency"), "knee_cause": k.get("cause"),
                      "valid_points": sum(1 for p in r["points"] if p.get("valid", True)),
                      "points": len(r["points"])})
+        if i == 0:
+            first_ci = h.get("peak_output_tok_s_ci") or {}
     return rows
 
 
@@ -185,8 +209,8 @@ def write_comparison(results: dict[str, dict], out_dir: Path) -> dict:
 def comparison_markdown(rows: list[dict]) -> str:
     if not rows:
         return "(no results)\n"
-    cols = ["name", "model", "revision", "tp", "ep", "single_stream_tok_s", "peak_tok_s", "peak_concurrency",
-            "knee_concurrency", "knee_cause"]
+    cols = ["name", "model", "revision", "tp", "ep", "single_stream_tok_s", "peak_tok_s", "peak_tok_s_ci95",
+            "peak_vs_first", "peak_concurrency", "knee_concurrency", "knee_cause"]
     lines = ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         lines.append("| " + " | ".join(_fmt(r.get(c), escape=False) for c in cols) + " |")

@@ -154,7 +154,8 @@ def test_knee_ignores_invalid_points_and_reports_no_knee():
 def test_headline_and_baseline_gate():
     pts = [pt(1, 82, 100), pt(8, 2276, 300), pt(16, 2000, 900, valid=False)]
     h = bench.headline(pts)
-    assert h == {"single_stream_output_tok_s": 82, "peak_output_tok_s": 2276, "peak_concurrency": 8}
+    assert h == {"single_stream_output_tok_s": 82, "peak_output_tok_s": 2276, "peak_concurrency": 8,
+                 "peak_output_tok_s_ci": None}
     assert bench.baseline_gate(h, {"single_stream_output_tok_s": 80, "peak_output_tok_s": 2300}, 0.05)["passed"]
     g = bench.baseline_gate(h, {"peak_output_tok_s": 2600}, 0.10)
     assert not g["passed"] and "2276.0 < 2340.0" in g["failures"][0]
@@ -206,3 +207,39 @@ def test_equivalent_commands_repeat_the_point_with_other_tools():
     assert g[g.index("--rate-type") + 1:g.index("--rate-type") + 4] == ["poisson", "--rate", "4.5"]
     assert a[a.index("--request-rate") + 1] == "4.5" and a[a.index("--endpoint-type") + 1] == "chat"
     assert "OPENAI_API_KEY" not in opened["note"]
+
+
+@pytest.mark.parametrize("df,want", [(1, 12.7062), (4, 2.7764), (9, 2.2622), (29, 2.0452), (1000, 1.9623)])
+def test_student_t_quantiles_match_the_tables(df, want):
+    assert bench.t_quantile(0.975, df) == pytest.approx(want, abs=1e-4)
+    assert bench.t_cdf(want, df) == pytest.approx(0.975, abs=1e-5) and bench.t_cdf(0.0, df) == pytest.approx(0.5)
+
+
+def test_mean_ci_and_when_two_results_differ():
+    ci = bench.mean_ci([10.0, 12.0, 11.0, 13.0, 9.0])  # mean 11, sd 1.5811, t(0.975, 4) = 2.7764
+    assert ci["mean"] == pytest.approx(11.0) and ci["half_width"] == pytest.approx(2.7764 * 1.5811 / 5 ** 0.5, 1e-3)
+    assert ci["cv"] == pytest.approx(1.5811 / 11, 1e-3) and ci["n"] == 5
+    assert bench.mean_ci([5.0])["half_width"] is None and bench.mean_ci([])["mean"] is None
+    near = bench.mean_ci([11.5, 12.5, 12.0, 13.0, 11.0])
+    far = bench.mean_ci([20.0, 21.0, 19.5, 20.5, 21.5])
+    assert bench.differ(ci, near) is False and bench.differ(ci, far) is True
+    assert bench.differ(ci, bench.mean_ci([30.0])) is None  # one run: no claim either way
+    with pytest.raises(BenchError, match="0 < p < 1"):
+        bench.t_quantile(1.0, 3)
+
+
+def test_repeated_runs_of_a_point_give_its_throughput_with_error_bars():
+    def run(tput, valid=True):
+        return {"output_throughput": tput, "request_throughput": tput / 100, "median_ttft_ms": 10.0,
+                "median_tpot_ms": 5.0, "median_e2el_ms": 100.0, "valid": valid, "failed": 0,
+                "invalid_reasons": [] if valid else ["client-bound"], "max_concurrency": 8}
+
+    p = bench.merge_repeats([run(1000.0), run(1100.0), run(900.0)])
+    assert p["output_throughput"] == pytest.approx(1000.0) and p["ci_output_throughput"]["n"] == 3
+    assert p["ci_output_throughput"]["half_width"] == pytest.approx(bench.t_quantile(0.975, 2) * 100 / 3 ** 0.5)
+    assert [r["output_throughput"] for r in p["runs"]] == [1000.0, 1100.0, 900.0] and p["valid"]
+    bad = bench.merge_repeats([run(1000.0), run(1000.0, valid=False)])
+    assert bad["valid"] is False and bad["invalid_reasons"] == ["client-bound"]
+    one = bench.merge_repeats([run(500.0)])
+    assert one["output_throughput"] == 500.0 and one["ci_output_throughput"]["half_width"] is None
+    assert bench.headline([dict(p, valid=True)])["peak_output_tok_s_ci"]["n"] == 3

@@ -64,7 +64,7 @@ def test_a_run_writes_its_result_with_provenance_and_the_client_settings(tmp_pat
     assert seen["cfg"]["api_key"] == "sk-secret" and seen["request_rate"] is None
     saved = json.loads((tmp_path / "out" / "r.json").read_text())
     assert saved["headline"] == res["headline"] == {"single_stream_output_tok_s": 10.0, "peak_output_tok_s": 20.0,
-                                                     "peak_concurrency": 2}
+                                                     "peak_concurrency": 2, "peak_output_tok_s_ci": None}
     prov = saved["provenance"]
     assert prov["model_repo"] == "o/m" and prov["benchmarked_at"] == "1970-01-01T00:00:00Z"
     assert "sk-secret" not in (tmp_path / "out" / "r.json").read_text()

@@ -131,6 +131,8 @@ def point_metrics(records: list[dict], *, goodput_ttft_ms: float | None = None,
     m.update(_stats("e2el", e2els))
     if queues:  # the time requests waited in the client before going out (included in ttft and e2el)
         m.update(_stats("queue", queues))
+    # error bars of the mean latencies over this point's requests (Student-t, 95%)
+    m.update(ci_ttft_ms=mean_ci(ttfts), ci_tpot_ms=mean_ci(tpots), ci_e2el_ms=mean_ci(e2els))
     return m
 
 
@@ -321,7 +323,9 @@ def headline(points: list[dict]) -> dict:
     peak = max(valid, key=lambda p: p["output_throughput"]) if valid else None
     return {"single_stream_output_tok_s": single[0]["output_throughput"] if single else None,
             "peak_output_tok_s": peak["output_throughput"] if peak else None,
-            "peak_concurrency": peak["max_concurrency"] if peak else None}
+            "peak_concurrency": peak["max_concurrency"] if peak else None,
+            # the peak's error bars over repeated runs (no interval from one run: no difference may be claimed)
+            "peak_output_tok_s_ci": peak.get("ci_output_throughput") if peak else None}
 
 
 def baseline_gate(current: dict, baseline: dict, tolerance: float) -> dict:
@@ -387,3 +391,96 @@ def equivalent_commands(cfg: dict, point: dict, tokenizer: str | None = None) ->
         if cfg.get("api_key") else ""
     return {"vllm_bench_serve": shlex.join(vllm), "guidellm": shlex.join(guide), "aiperf": shlex.join(aiperf),
             "note": "each tool's own synthetic prompts of the same token lengths" + key}
+
+
+# --------------------------------------------------------------------------- error bars (issue 26)
+def merge_repeats(runs: list[dict]) -> dict:
+    """One point from repeated runs of it: the first run's figures, the throughputs replaced by their mean over the
+    runs with its interval (ci_output_throughput, ci_request_throughput), each run's headline figures in `runs`, and
+    valid only when every run was."""
+    p = dict(runs[0])
+    for key in ("output_throughput", "request_throughput"):
+        ci = mean_ci([r[key] for r in runs])
+        p[key], p[f"ci_{key}"] = ci["mean"], ci
+    p["runs"] = [{k: r.get(k) for k in ("output_throughput", "request_throughput", "median_ttft_ms", "median_tpot_ms",
+                                         "median_e2el_ms", "valid")} for r in runs]
+    p["valid"] = all(r.get("valid", True) for r in runs)
+    p["invalid_reasons"] = sorted({x for r in runs for x in r.get("invalid_reasons") or []})
+    p["failed"] = sum(r.get("failed") or 0 for r in runs)
+    return p
+
+def _betacf(a: float, b: float, x: float) -> float:
+    """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
+    tiny, qab, qap, qam = 1e-300, a + b, a + 1.0, a - 1.0
+    c, d = 1.0, 1.0 - qab * x / qap
+    d = 1.0 / (d if abs(d) > tiny else tiny)
+    h = d
+    for m in range(1, 300):
+        m2 = 2 * m
+        for aa in (m * (b - m) * x / ((qam + m2) * (a + m2)), -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))):
+            d = 1.0 + aa * d
+            d = 1.0 / (d if abs(d) > tiny else tiny)
+            c = 1.0 + aa / c
+            c = c if abs(c) > tiny else tiny
+            h *= d * c
+        if abs(d * c - 1.0) < 1e-15:
+            break
+    return h
+
+
+def _betainc(a: float, b: float, x: float) -> float:
+    """I_x(a, b), the regularized incomplete beta function."""
+    if x <= 0.0:
+        return 0.0
+    if x >= 1.0:
+        return 1.0
+    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
+    if x < (a + 1.0) / (a + b + 2.0):
+        return front * _betacf(a, b, x) / a
+    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
+
+
+def t_cdf(t: float, df: float) -> float:
+    """P(T <= t) for Student's t with df degrees of freedom."""
+    tail = 0.5 * _betainc(df / 2.0, 0.5, df / (df + t * t))
+    return 1.0 - tail if t >= 0 else tail
+
+
+def t_quantile(p: float, df: float) -> float:
+    """The t with P(T <= t) = p (bisection on t_cdf; exact to ~1e-10)."""
+    if not 0.0 < p < 1.0 or df <= 0:
+        raise BenchError(f"t quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
+    lo, hi = -1e3, 1e3
+    for _ in range(200):
+        mid = (lo + hi) / 2.0
+        if t_cdf(mid, df) < p:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2.0
+
+
+def mean_ci(values: list[float], confidence: float = 0.95) -> dict:
+    """The mean with its Student-t confidence interval and coefficient of variation (sample standard deviation
+    / mean); fewer than two values have no interval (half_width None)."""
+    xs = [float(v) for v in values if v is not None]
+    n = len(xs)
+    if not n:
+        return {"n": 0, "mean": None, "half_width": None, "low": None, "high": None, "cv": None,
+                "confidence": confidence}
+    mean = sum(xs) / n
+    if n < 2:
+        return {"n": 1, "mean": mean, "half_width": None, "low": None, "high": None, "cv": None,
+                "confidence": confidence}
+    sd = math.sqrt(sum((x - mean) ** 2 for x in xs) / (n - 1))
+    half = t_quantile(0.5 + confidence / 2.0, n - 1) * sd / math.sqrt(n)
+    return {"n": n, "mean": mean, "half_width": half, "low": mean - half, "high": mean + half,
+            "cv": sd / mean if mean else None, "confidence": confidence}
+
+
+def differ(a: dict, b: dict) -> bool | None:
+    """Whether two confidence intervals say the results differ (they do not overlap); None when either has no
+    interval - then no difference may be claimed."""
+    if not a or not b or a.get("half_width") is None or b.get("half_width") is None:
+        return None
+    return a["high"] < b["low"] or b["high"] < a["low"]

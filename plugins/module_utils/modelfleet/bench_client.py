@@ -319,13 +319,17 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
 
 def run_sweep(cfg: dict, *, levels: list[int], request_rate: float | None = None, per_level: int = 4,
               min_prompts: int = 8, max_prompts: int = 2000, kv_tokens_capacity: int | None = None,
-              progress=None) -> dict:
-    """A concurrency sweep (or one rate point per level cap); the result carries points, knee, headline."""
+              progress=None, repeat: int = 1) -> dict:
+    """A concurrency sweep (or one rate point per level cap); the result carries points, knee, headline. With
+    repeat > 1 every point runs that many times and carries the throughputs' confidence intervals."""
+    if not isinstance(repeat, int) or repeat < 1:
+        raise bench.BenchError(f"repeat must be a whole number >= 1, got {repeat!r}")
     points = []
     started = time.time()
     for c in levels:
         n = bench.num_prompts_for(c, per_level=per_level, minimum=min_prompts, maximum=max_prompts)
-        p = run_point(cfg, concurrency=c, request_rate=request_rate, num_prompts=n)
+        runs = [run_point(cfg, concurrency=c, request_rate=request_rate, num_prompts=n) for _ in range(repeat)]
+        p = bench.merge_repeats(runs)
         cap = kv_tokens_capacity or p.get("server_kv_tokens_capacity")
         bound = bench.kv_bound(cap, cfg["input_len"], cfg["output_len"])
         p["kv_bound_concurrency"] = bound
@@ -341,7 +345,8 @@ def run_sweep(cfg: dict, *, levels: list[int], request_rate: float | None = None
         "backend": "openai-chat" if cfg["endpoint"] == "chat" else "openai",
         "model_id": cfg["model"], "base_url": cfg["base_url"],
         "client": {k: v for k, v in cfg.items() if k != "api_key"} | {
-            "levels": levels, "request_rate": request_rate, "per_level": per_level, "read_bufsize": READ_BUFSIZE,
+            "levels": levels, "request_rate": request_rate, "per_level": per_level, "repeat": repeat,
+            "read_bufsize": READ_BUFSIZE,
             "pid": os.getpid()},
         "points": points,
         "knee": bench.find_knee(points),

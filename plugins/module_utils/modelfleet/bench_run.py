@@ -58,7 +58,8 @@ def vllm_version() -> str:
 def check_params(p: dict) -> list[int]:
     """The concurrency levels of the sweep; raises BenchError on a parameter that cannot run."""
     levels = bench.sweep_levels(p["max_concurrency"], p.get("concurrency_levels"))
-    for name in ("input_len", "output_len", "per_level", "min_prompts"):
+    p.setdefault("repeat", 1)
+    for name in ("input_len", "output_len", "per_level", "min_prompts", "repeat"):
         if p[name] < 1:
             raise bench.BenchError(f"{name} must be at least 1, got {p[name]}")
     if p["request_rate"] < 0:
@@ -101,6 +102,7 @@ def run_benchmark(p: dict, check_mode: bool = False, sweep=None) -> dict:
     try:
         result = (sweep or bench_client.run_sweep)(
             cfg, levels=levels, request_rate=p["request_rate"] or None, per_level=p["per_level"],
+            repeat=p.get("repeat") or 1,
             min_prompts=p["min_prompts"], max_prompts=p["max_prompts"],
             kv_tokens_capacity=p["kv_tokens_capacity"] or None)
     except ModelfleetError as e:
