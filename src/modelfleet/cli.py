@@ -227,18 +227,37 @@ def cmd_bench(a) -> int:
               f"{p['median_e2el_ms']:8.1f} ms  server/client tokens diff "
               f"{'-' if p['reconcile_diff'] is None else format(p['reconcile_diff'], '.2%')}{flag}", flush=True)
 
-    result = bench_client.run_sweep(cfg, levels=levels, request_rate=a.request_rate or None,
-                                    per_level=a.per_level, min_prompts=a.min_prompts, progress=progress,
-                                    repeat=a.repeat)
+    slo = {k: v for k, v in (("ttft_p99_ms", a.slo_ttft_p99_ms), ("tpot_p99_ms", a.slo_tpot_p99_ms),
+                              ("e2el_p99_ms", a.slo_e2el_p99_ms)) if v is not None}
+    if slo and not a.capacity:
+        raise ModelfleetError("latency targets (--slo-*) are for a capacity search: add --capacity rate|concurrency")
+    if a.capacity:
+        def probe_line(p, meets, why):
+            if not a.json:
+                load = f"{p['offered_load']:g} {'req/s' if a.capacity == 'rate' else 'concurrent'}"
+                print(f"{load:>16}: {p['request_throughput']:8.2f} req/s done, p99 TTFT {p['p99_ttft_ms']:8.1f} ms, "
+                      f"p99 TPOT {p['p99_tpot_ms']:7.2f} ms - {'meets' if meets else 'misses: ' + '; '.join(why)}",
+                      flush=True)
+
+        result = bench_client.capacity_search(
+            cfg, slo=slo, mode=a.capacity, start=a.start, maximum=a.maximum, repeat=a.repeat,
+            probe_seconds=a.probe_seconds, per_level=a.per_level, min_prompts=a.min_prompts, progress=probe_line)
+    else:
+        result = bench_client.run_sweep(cfg, levels=levels, request_rate=a.request_rate or None,
+                                        per_level=a.per_level, min_prompts=a.min_prompts, progress=progress,
+                                        repeat=a.repeat)
     result["provenance"] = {"model_repo": a.model_repo or a.model, "revision": a.revision or "",
                             "endpoint": a.url, "benchmarked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     name = a.name or a.model
     paths = report.write_reports(result, Path(a.out), name)
     if a.json:
-        print(json.dumps({"headline": result["headline"], "knee": result["knee"], "reports": paths}, indent=2))
+        print(json.dumps({"headline": result["headline"], "knee": result["knee"], "capacity": result.get("capacity"),
+                          "reports": paths}, indent=2))
     else:
-        print(bench.headline_text(result))
+        print(result["capacity"]["text"] if a.capacity else bench.headline_text(result))
         print(f"report: {paths['html']}")
+    if a.capacity:  # a probe that misses the targets is what the search looks for, not a failure
+        return 0 if result["capacity"]["capacity"] is not None else 1
     return 0 if all(p["valid"] for p in result["points"]) else 1
 
 
@@ -508,6 +527,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--goodput-ttft-ms", type=float, default=None)
     p.add_argument("--goodput-tpot-ms", type=float, default=None)
+    p.add_argument("--capacity", choices=["rate", "concurrency"], default=None,
+                   help="search the highest Poisson rate (or concurrency) that meets the --slo-* latency targets")
+    p.add_argument("--slo-ttft-p99-ms", type=float, default=None)
+    p.add_argument("--slo-tpot-p99-ms", type=float, default=None)
+    p.add_argument("--slo-e2el-p99-ms", type=float, default=None)
+    p.add_argument("--start", type=float, default=1.0, help="capacity: the first load tried (req/s or concurrency)")
+    p.add_argument("--maximum", type=float, default=256.0, help="capacity: the highest load tried")
+    p.add_argument("--probe-seconds", type=float, default=20.0, help="capacity (rate): about how long each probe runs")
     p.add_argument("--model-repo", default=None, help="for the provenance")
     p.add_argument("--revision", default=None, help="for the provenance")
     p.add_argument("--name", default=None, help="report file name (default: the model)")

@@ -19,7 +19,7 @@ LATENCY_COLOR = "#d62728"
 TPOT_COLOR = "#ff7f0e"
 
 CSV_FIELDS = [
-    "max_concurrency", "request_rate", "num_prompts", "completed", "failed", "duration",
+    "max_concurrency", "request_rate", "offered_load", "num_prompts", "completed", "failed", "duration",
     "output_throughput", "total_token_throughput", "request_throughput", "request_goodput",
     "output_tokens_per_user_s", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
     "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms",
@@ -80,6 +80,51 @@ def plot(result: dict, path: Path, title: str) -> None:
     plt.close(fig)
 
 
+def plot_capacity(result: dict, path: Path, title: str) -> None:
+    """A capacity search: each probe's p99 latencies against its load (rate or concurrency) with the targets as
+    dashed lines, met probes filled and missed ones crossed, the capacity marked; completed req/s (with its 95%
+    interval from repeated runs) on the right axis."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    cap = result["capacity"]
+    pts = sorted(result["points"], key=lambda p: p["offered_load"])
+    xs = [p["offered_load"] for p in pts]
+    met = {pr["load"]: pr["meets"] for pr in cap["probes"]}
+    fig, ax = plt.subplots(figsize=(8, 4.5), dpi=100)
+    colors = {"ttft_p99_ms": LATENCY_COLOR, "tpot_p99_ms": TPOT_COLOR, "e2el_p99_ms": "#9467bd"}
+    for key, field in bench.SLO_FIELDS.items():
+        if key not in cap["slo"]:
+            continue
+        ys = [p.get(field) for p in pts]
+        ax.plot(xs, ys, "-", color=colors[key], lw=2, label=f"{bench.SLO_WORDS[key]} (ms)")
+        for x, y in zip(xs, ys, strict=True):
+            ax.plot([x], [y], "o" if met.get(x) else "x", color=colors[key], ms=8, mew=2)
+        ax.axhline(cap["slo"][key], color=colors[key], ls="--", lw=1.2, label=f"target {cap['slo'][key]:g} ms")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("offered request rate (req/s, Poisson)" if cap["mode"] == "rate" else "concurrency")
+    ax.set_ylabel("latency (ms)")
+    ax2 = ax.twinx()
+    ci = [(p.get("ci_request_throughput") or {}).get("half_width") or 0.0 for p in pts]
+    ax2.errorbar(xs, [p["request_throughput"] for p in pts], yerr=ci, fmt="s:", color=THROUGHPUT_COLOR, lw=1.5,
+                 capsize=4, label="completed req/s (95% CI)")
+    ax2.set_ylabel("completed req/s", color=THROUGHPUT_COLOR)
+    if cap.get("capacity") is not None:
+        ax.axvline(cap["capacity"], color="green", ls=":", lw=2)
+        ax.annotate(f"capacity {cap['capacity']:g}", (cap["capacity"], ax.get_ylim()[1]), textcoords="offset points",
+                    xytext=(4, -14), color="green")
+    lines, lines2 = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
+    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
+    ax.set_title(title, fontsize=10)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
 def _fmt(v, nd=1, escape=True):
     if v is None:
         return "-"
@@ -92,8 +137,9 @@ def write_html(result: dict, path: Path, png_name: str, title: str) -> None:
     # the error bars (95%, Student-t): throughput over repeated runs, mean TTFT over the point's requests
     pts = [dict(p, out_ci=(p.get("ci_output_throughput") or {}).get("half_width"),
                 ttft_ci=(p.get("ci_ttft_ms") or {}).get("half_width"))
-           for p in sorted(result["points"], key=lambda p: p["max_concurrency"])]
-    cols = [("C", "max_concurrency"), ("prompts", "num_prompts"), ("out tok/s", "output_throughput"),
+           for p in sorted(result["points"], key=lambda p: (p.get("max_concurrency") or 0, p.get("offered_load") or 0))]
+    cols = [("C", "max_concurrency"), ("rate", "request_rate"), ("prompts", "num_prompts"),
+            ("out tok/s", "output_throughput"), ("req/s", "request_throughput"),
             ("out tok/s ±95%", "out_ci"), ("TTFT mean ±95% ms", "ttft_ci"),
             ("tok/s/user", "output_tokens_per_user_s"), ("TTFT p50 ms", "median_ttft_ms"),
             ("TTFT p99 ms", "p99_ttft_ms"), ("TPOT p50 ms", "median_tpot_ms"), ("ITL p99 ms", "p99_itl_ms"),
@@ -131,6 +177,7 @@ td,th{{border:1px solid #ccc;padding:3px 6px;text-align:right}}pre{{background:#
 <p>Single stream: <b>{_fmt(h.get('single_stream_output_tok_s'))}</b> output tok/s.
 Peak: <b>{_fmt(h.get('peak_output_tok_s'))}</b> output tok/s at C={_fmt(h.get('peak_concurrency'))}.</p>
 <p>Knee: {html.escape((result.get('knee') or {}).get('summary', '-'))}</p>
+<p><b>{html.escape((result.get('capacity') or {}).get('text', ''))}</b></p>
 <img src="{html.escape(png_name)}" alt="throughput and latency vs concurrency">
 <h2>Points</h2><table><tr>{head}</tr>{''.join(rows)}</table>
 <h2>Reproduce with your own tool</h2>{export or '<p>-</p>'}
@@ -149,7 +196,7 @@ def write_reports(result: dict, out_dir: Path, name: str) -> dict:
     paths = {k: out_dir / f"{name}.{k}" for k in ("json", "csv", "png", "html")}
     paths["json"].write_text(json.dumps(result, indent=2, sort_keys=True))
     write_csv(result, paths["csv"])
-    plot(result, paths["png"], title)
+    (plot_capacity if result.get("capacity") else plot)(result, paths["png"], title)
     write_html(result, paths["html"], paths["png"].name, title)
     return {k: str(v) for k, v in paths.items()}
 

@@ -181,6 +181,35 @@ def test_open_loop_latency_counts_the_wait_for_a_client_slot(vllm_server):
     assert all(r["sent"] == r["start"] for r in closed["records"])
 
 
+def test_capacity_search_finds_a_rate_that_meets_the_target_and_the_next_that_does_not(vllm_server, tmp_path):
+    """Issue 26: open-loop Poisson probes, doubling then bisecting, each probe run twice (error bars); the target is
+    set from what this server does at a low rate, so that it is met there and missed once requests queue."""
+    base = bench_client.run_point(_cfg(vllm_server.url), request_rate=2.0, num_prompts=8)
+    target = max(3 * base["p99_ttft_ms"], 30.0)
+    cmd = [sys.executable, "-m", "modelfleet.cli", "bench", "--url", vllm_server.url, "--model", "tiny-llama",
+           "--input-len", "16", "--output-len", "12", "--vocab-size", "386", "--warmup", "1", "--min-prompts", "8",
+           "--capacity", "rate", "--slo-ttft-p99-ms", f"{target:.1f}", "--start", "4", "--maximum", "1024",
+           "--probe-seconds", "2", "--repeat", "2", "--name", "cap", "--out", str(tmp_path), "--json"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=900,
+                       preexec_fn=lambda: os.sched_setaffinity(0, client_cpus()))
+    assert r.returncode == 0, r.stderr[-2000:]
+    cap = json.loads(r.stdout)["capacity"]
+    assert cap["capacity"] is not None and cap["next"] is not None and cap["next"] > cap["capacity"], cap
+    result = json.loads((tmp_path / "cap.json").read_text())
+    by_load = {p["offered_load"]: p for p in result["points"]}
+    met, missed = by_load[cap["capacity"]], by_load[cap["next"]]
+    assert met["p99_ttft_ms"] <= target and met["failed"] == 0
+    miss = next(pr for pr in cap["probes"] if pr["load"] == cap["next"])
+    assert not miss["meets"] and miss["why"], miss  # named: the target, failures, or over-saturation
+    for p in (met, missed):  # error bars on both, from the two runs of each
+        assert p["ci_request_throughput"]["n"] == 2 and p["ci_request_throughput"]["half_width"] is not None
+        assert len(p["runs"]) == 2 and p["ci_ttft_ms"]["half_width"] is not None
+    assert cap["text"].startswith("capacity: ") and f"p99 TTFT <= {float(f'{target:.1f}'):g} ms" in cap["text"]
+    page = (tmp_path / "cap.html").read_text()
+    assert cap["text"].split(";")[0] in page and (tmp_path / "cap.png").stat().st_size > 5000
+    print(cap["text"])
+
+
 def test_unreachable_server_is_a_clear_error():
     with pytest.raises(bench.BenchError, match="cannot read http://127.0.0.1:9/metrics"):
         bench_client.run_point(_cfg("http://127.0.0.1:9", warmup=0), concurrency=1, num_prompts=1)

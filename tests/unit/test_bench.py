@@ -243,3 +243,51 @@ def test_repeated_runs_of_a_point_give_its_throughput_with_error_bars():
     one = bench.merge_repeats([run(500.0)])
     assert one["output_throughput"] == 500.0 and one["ci_output_throughput"]["half_width"] is None
     assert bench.headline([dict(p, valid=True)])["peak_output_tok_s_ci"]["n"] == 3
+
+
+def _search(capacity: float, *, start=1.0, maximum=256.0, integer=False, precision=0.1):
+    """Drive next_probe against a server that meets the targets up to `capacity`."""
+    history = []
+    while (load := bench.next_probe(history, start=start, maximum=maximum, integer=integer,
+                                    precision=precision)) is not None:
+        history.append((load, load <= capacity))
+    return history
+
+
+def test_the_capacity_search_doubles_then_bisects_to_the_limit():
+    h = _search(37.0)
+    assert [v for v, _ in h[:7]] == [1, 2, 4, 8, 16, 32, 64]
+    ok, bad = max(v for v, m in h if m), min(v for v, m in h if not m)
+    assert ok <= 37.0 < bad and bad - ok <= 0.1 * ok
+    c = _search(11, integer=True)
+    assert [v for v, _ in c] == [1, 2, 4, 8, 16, 12, 10, 11] and all(isinstance(v, int) for v, _ in c)
+    assert _search(1000, maximum=100)[-1] == (100, True)  # the maximum still meets: the search stops there
+    assert [v for v, _ in _search(0.1)][:3] == [1, 0.5, 0.25]  # even the start misses: it goes down
+
+
+def test_slo_verdict_names_every_miss_and_an_over_saturated_server():
+    p = {"p99_ttft_ms": 250.0, "p99_tpot_ms": 40.0, "failed": 0, "valid": True, "request_throughput": 9.95}
+    assert bench.slo_verdict(p, {"ttft_p99_ms": 300, "tpot_p99_ms": 50}, offered_rate=10) == (True, [], False)
+    meets, why, sat = bench.slo_verdict(dict(p, p99_ttft_ms=900.0, failed=2, request_throughput=6.0),
+                                        {"ttft_p99_ms": 300, "tpot_p99_ms": 50}, offered_rate=10)
+    assert not meets and sat and why == ["p99 TTFT 900.0 ms > 300 ms", "2 requests failed",
+                                         "over-saturated: 6.00 req/s completed of 10 offered"]
+    for bad, needle in (({}, "at least one"), ({"ttft_p50_ms": 3}, "unknown latency target"),
+                        ({"ttft_p99_ms": 0}, "> 0"), ({"tpot_p99_ms": float("nan")}, "> 0")):
+        with pytest.raises(BenchError, match=needle):
+            bench.check_slo(bad)
+
+
+def test_capacity_summary_quotes_the_limit_and_the_next_step():
+    def probe(load, meets, why=()):
+        pt = {"request_throughput": load * 0.99, "mean_e2el_ms": 400.0, "request_goodput": load * 0.9,
+              "ci_request_throughput": {"half_width": 0.05}}
+        return {"load": load, "meets": meets, "why": list(why), "point": pt}
+
+    s = bench.capacity_summary([probe(8, True), probe(16, False, ["p99 TTFT 900.0 ms > 300 ms"]), probe(12, True),
+                                probe(14, False, ["p99 TTFT 400.0 ms > 300 ms"])], {"ttft_p99_ms": 300}, "rate")
+    assert (s["capacity"], s["next"]) == (12, 14)
+    assert s["text"] == ("capacity: 11.88 ± 0.05 req/s at an offered 12 req/s (~4.8 concurrent) at p99 TTFT <= 300 ms; "
+                         "goodput 10.80 req/s; 14 req/s does not meet them (p99 TTFT 400.0 ms > 300 ms)")
+    none = bench.capacity_summary([probe(1, False, ["p99 TPOT 90.0 ms > 50 ms"])], {"tpot_p99_ms": 50}, "concurrency")
+    assert none["capacity"] is None and none["text"].startswith("capacity: none - even 1 concurrent misses")

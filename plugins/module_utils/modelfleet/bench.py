@@ -484,3 +484,101 @@ def differ(a: dict, b: dict) -> bool | None:
     if not a or not b or a.get("half_width") is None or b.get("half_width") is None:
         return None
     return a["high"] < b["low"] or b["high"] < a["low"]
+
+
+# --------------------------------------------------------------------------- capacity under SLOs (issue 26)
+SLO_FIELDS = {"ttft_p99_ms": "p99_ttft_ms", "tpot_p99_ms": "p99_tpot_ms", "e2el_p99_ms": "p99_e2el_ms"}
+SLO_WORDS = {"ttft_p99_ms": "p99 TTFT", "tpot_p99_ms": "p99 TPOT", "e2el_p99_ms": "p99 E2E"}
+# an open-loop probe whose completed requests per second fall this far below the offered rate is over-saturated:
+# the server cannot keep up, and every higher rate only queues more
+SATURATED_BELOW = 0.9
+
+
+def check_slo(slo: dict) -> dict:
+    """The latency targets, validated: {ttft_p99_ms, tpot_p99_ms, e2el_p99_ms} (at least one), each > 0."""
+    if not isinstance(slo, dict) or not slo:
+        raise BenchError(f"a capacity search needs at least one latency target ({', '.join(SLO_FIELDS)})")
+    bad = [k for k in slo if k not in SLO_FIELDS]
+    if bad:
+        raise BenchError(f"unknown latency target {bad[0]!r}; the targets are {', '.join(SLO_FIELDS)}")
+    for k, v in slo.items():
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v:
+            raise BenchError(f"latency target {k} must be a number of milliseconds > 0, got {v!r}")
+    return dict(slo)
+
+
+def slo_verdict(point: dict, slo: dict, offered_rate: float | None = None) -> tuple[bool, list[str], bool]:
+    """(meets, why not, over-saturated) of one probe: every target met by the point's p99, no request failed, the
+    point valid (a client-bound point measures the client), and - open loop - the server kept up with the offered
+    rate."""
+    why = []
+    for k, target in slo.items():
+        v = point.get(SLO_FIELDS[k])
+        if v is None or v > target:
+            why.append(f"{SLO_WORDS[k]} {'-' if v is None else f'{v:.1f}'} ms > {target:g} ms")
+    if point.get("failed"):
+        why.append(f"{point['failed']} requests failed")
+    if not point.get("valid", True):
+        why.append("invalid point: " + "; ".join(point.get("invalid_reasons") or []))
+    saturated = bool(offered_rate) and point.get("request_throughput", 0.0) < SATURATED_BELOW * offered_rate
+    if saturated:
+        why.append(f"over-saturated: {point.get('request_throughput', 0.0):.2f} req/s completed of {offered_rate:g} "
+                   "offered")
+    return not why, why, saturated
+
+
+def next_probe(history: list[tuple[float, bool]], *, start: float, maximum: float, integer: bool,
+               precision: float = 0.1, max_probes: int = 12) -> float | None:
+    """The next load to try (a rate or a concurrency), or None when the search is done: doubling from `start` until
+    a probe misses the targets (or `maximum` is reached), then halving the gap between the highest load that met
+    them and the lowest that did not, until that gap is within `precision` of the passing load (integers: 1)."""
+    if len(history) >= max_probes:
+        return None
+    if not history:
+        return int(start) if integer else start
+    ok = [v for v, meets in history if meets]
+    lo = max(ok) if ok else None
+    above = [v for v, meets in history if not meets and (lo is None or v > lo)]
+    hi = min(above) if above else None
+    if hi is None:  # everything so far met the targets: go up
+        nxt = min(lo * 2, maximum)
+        return None if nxt <= lo else (int(nxt) if integer else nxt)
+    if lo is None:  # even the first missed: go down
+        nxt = hi / 2
+        if integer:
+            nxt = int(nxt)
+        return None if nxt < (1 if integer else start / 64) or nxt >= hi else nxt
+    if integer:
+        return None if hi - lo <= 1 else (lo + hi) // 2
+    return None if (hi - lo) <= precision * lo else (lo + hi) / 2
+
+
+def capacity_summary(probes: list[dict], slo: dict, mode: str) -> dict:
+    """The capacity found by a search: the highest load that met every target, the lowest above it that did not,
+    and a sentence to quote. probes: [{load, meets, why, point}] in the order run."""
+    ok = [p for p in probes if p["meets"]]
+    best = max(ok, key=lambda p: p["load"]) if ok else None
+    above = [p for p in probes if not p["meets"] and (best is None or p["load"] > best["load"])]
+    nxt = min(above, key=lambda p: p["load"]) if above else None
+    targets = ", ".join(f"{SLO_WORDS[k]} <= {v:g} ms" for k, v in slo.items())
+    unit = "req/s" if mode == "rate" else "concurrent"
+    if best is None:
+        text = f"capacity: none - even {probes[0]['load']:g} {unit} misses {targets} ({'; '.join(probes[0]['why'])})" \
+            if probes else "capacity: not searched"
+    else:
+        pt = best["point"]
+        in_flight = pt.get("request_throughput", 0.0) * pt.get("mean_e2el_ms", 0.0) / 1000  # Little's law
+        ci = pt.get("ci_request_throughput") or {}
+        err = f" ± {ci['half_width']:.2f}" if ci.get("half_width") is not None else ""
+        load = (f"{pt.get('request_throughput', 0.0):.2f}{err} req/s at an offered {best['load']:g} req/s "
+                f"(~{in_flight:.1f} concurrent)" if mode == "rate" else
+                f"{pt.get('request_throughput', 0.0):.2f}{err} req/s at {best['load']:g} concurrent")
+        good = pt.get("request_goodput")
+        text = f"capacity: {load} at {targets}" + (f"; goodput {good:.2f} req/s" if good is not None else "")
+        if nxt is not None:
+            text += f"; {nxt['load']:g} {unit} does not meet them ({'; '.join(nxt['why'])})"
+        else:
+            text += "; the search's maximum still met them (raise it to find the limit)"
+    return {"mode": mode, "slo": slo, "capacity": best["load"] if best else None,
+            "next": nxt["load"] if nxt else None, "text": text,
+            "probes": [{"load": p["load"], "meets": p["meets"], "why": p["why"]} for p in probes]}

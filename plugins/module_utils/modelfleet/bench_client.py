@@ -353,3 +353,60 @@ def run_sweep(cfg: dict, *, levels: list[int], request_rate: float | None = None
         "headline": bench.headline(points),
         "formulas": bench.FORMULAS,
     }
+
+
+def capacity_search(cfg: dict, *, slo: dict, mode: str = "rate", start: float = 1.0, maximum: float = 256.0,
+                    repeat: int = 1, probe_seconds: float = 20.0, per_level: int = 4, min_prompts: int = 8,
+                    max_prompts: int = 2000, precision: float = 0.1, max_probes: int = 12, progress=None) -> dict:
+    """The highest load that meets the latency targets `slo` (bench.check_slo): mode "rate" probes open-loop Poisson
+    request rates (req/s, each probe about probe_seconds long), "concurrency" closed-loop concurrencies; doubling
+    until a probe misses (stopping there once the server is over-saturated), then bisecting. Every probe's point is
+    kept (with its error bars when repeat >= 2); the result is a sweep result with a `capacity` summary."""
+    slo = bench.check_slo(slo)
+    if mode not in ("rate", "concurrency"):
+        raise bench.BenchError(f"capacity mode must be rate or concurrency, got {mode!r}")
+    if not start > 0 or maximum < start:
+        raise bench.BenchError(f"capacity search needs 0 < start <= maximum, got {start} and {maximum}")
+    integer = mode == "concurrency"
+    if integer:
+        start, maximum = max(1, int(start)), int(maximum)
+    # goodput counts the requests that met the per-request targets
+    cfg = dict(cfg, goodput_ttft_ms=slo.get("ttft_p99_ms"), goodput_tpot_ms=slo.get("tpot_p99_ms"))
+    started, probes, history = time.time(), [], []
+    while True:
+        load = bench.next_probe(history, start=start, maximum=maximum, integer=integer, precision=precision,
+                                max_probes=max_probes)
+        if load is None:
+            break
+        if integer:
+            n = bench.num_prompts_for(int(load), per_level=per_level, minimum=min_prompts, maximum=max_prompts)
+            runs = [run_point(cfg, concurrency=int(load), num_prompts=n) for _ in range(repeat)]
+        else:
+            n = max(min_prompts, min(max_prompts, int(round(load * probe_seconds))))
+            runs = [run_point(cfg, request_rate=load, num_prompts=n) for _ in range(repeat)]
+        p = bench.merge_repeats(runs)
+        p["offered_load"] = load
+        p["equivalent_commands"] = bench.equivalent_commands(cfg, p, cfg.get("tokenizer"))
+        meets, why, saturated = bench.slo_verdict(p, slo, None if integer else load)
+        probes.append({"load": load, "meets": meets, "why": why, "point": p})
+        history.append((load, meets))
+        if progress:
+            progress(p, meets, why)
+        if saturated and not any(m for v, m in history if v < load):
+            break  # over-saturated from the first probes on: nothing lower was tried to meet
+    points = [pr["point"] for pr in probes]
+    ordered = sorted(points, key=lambda p: p["offered_load"])
+    return {
+        "date": time.strftime("%Y%m%d-%H%M%S", time.gmtime(started)),
+        "started_at": started, "finished_at": time.time(),
+        "backend": "openai-chat" if cfg["endpoint"] == "chat" else "openai",
+        "model_id": cfg["model"], "base_url": cfg["base_url"],
+        "client": {k: v for k, v in cfg.items() if k != "api_key"} | {
+            "capacity_mode": mode, "start": start, "maximum": maximum, "repeat": repeat,
+            "probe_seconds": probe_seconds, "read_bufsize": READ_BUFSIZE, "pid": os.getpid()},
+        "points": ordered,
+        "capacity": bench.capacity_summary(probes, slo, mode),
+        "knee": bench.find_knee(ordered) if integer else {"summary": "(a rate search: see the capacity)"},
+        "headline": bench.headline(ordered) if integer else bench.headline([]),
+        "formulas": bench.FORMULAS,
+    }
