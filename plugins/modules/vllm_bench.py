@@ -48,6 +48,12 @@ options:
   goodput_ttft_ms: {description: TTFT limit for goodput., type: float}
   goodput_tpot_ms: {description: TPOT limit for goodput., type: float}
   reconcile_tolerance: {description: Largest client/server token difference of a valid point., type: float, default: 0.02}
+  workload:
+    description: "C(random) prompts, or C(shared-prefix): every prompt starts with the same O(prefix_len) tokens (a shared system prompt; the server's prefix-cache hits are recorded per point)."
+    type: str
+    choices: [random, shared-prefix]
+    default: random
+  prefix_len: {description: "Tokens of the shared prefix (0 = half the input).", type: int, default: 0}
   max_client_cpu_fraction: {description: A client process above this share of a core makes a point invalid., type: float, default: 0.9}
   max_loop_lag_p99_ms: {description: Client event-loop lag p99 above this makes a point invalid., type: float, default: 25}
   seed: {description: Prompt seed., type: int, default: 0}
@@ -113,6 +119,8 @@ def main():
             "goodput_ttft_ms": {"type": "float"},
             "goodput_tpot_ms": {"type": "float"},
             "reconcile_tolerance": {"type": "float", "default": 0.02},
+            "workload": {"type": "str", "default": "random", "choices": ["random", "shared-prefix"]},
+            "prefix_len": {"type": "int", "default": 0},
             "max_client_cpu_fraction": {"type": "float", "default": 0.9},
             "max_loop_lag_p99_ms": {"type": "float", "default": 25},
             "seed": {"type": "int", "default": 0},

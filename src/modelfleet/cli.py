@@ -216,7 +216,8 @@ def cmd_bench(a) -> int:
     cfg.update(base_url=a.url.rstrip("/"), model=a.model, api_key=_api_key(a), endpoint=a.endpoint,
                input_len=a.input_len, output_len=a.output_len, vocab_size=a.vocab_size, warmup=a.warmup,
                processes=a.processes, seed=a.seed, goodput_ttft_ms=a.goodput_ttft_ms,
-               goodput_tpot_ms=a.goodput_tpot_ms, tokenizer=a.model_repo or None)
+               goodput_tpot_ms=a.goodput_tpot_ms, tokenizer=a.model_repo or None, workload=a.workload,
+               prefix_len=a.prefix_len)
 
     def progress(p):
         if a.json:
@@ -527,6 +528,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--goodput-ttft-ms", type=float, default=None)
     p.add_argument("--goodput-tpot-ms", type=float, default=None)
+    p.add_argument("--workload", choices=["random", "shared-prefix"], default="random",
+                   help="shared-prefix: every prompt starts with the same --prefix-len tokens (prefix-cache hits "
+                        "are recorded per point)")
+    p.add_argument("--prefix-len", type=int, default=0, help="tokens of the shared prefix (0: half the input)")
     p.add_argument("--capacity", choices=["rate", "concurrency"], default=None,
                    help="search the highest Poisson rate (or concurrency) that meets the --slo-* latency targets")
     p.add_argument("--slo-ttft-p99-ms", type=float, default=None)

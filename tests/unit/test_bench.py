@@ -291,3 +291,24 @@ def test_capacity_summary_quotes_the_limit_and_the_next_step():
                          "goodput 10.80 req/s; 14 req/s does not meet them (p99 TTFT 400.0 ms > 300 ms)")
     none = bench.capacity_summary([probe(1, False, ["p99 TPOT 90.0 ms > 50 ms"])], {"tpot_p99_ms": 50}, "concurrency")
     assert none["capacity"] is None and none["text"].startswith("capacity: none - even 1 concurrent misses")
+
+
+def test_the_shared_prefix_workload_starts_every_prompt_alike():
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench_client
+
+    cfg = dict(bench_client.default_config(), input_len=40, vocab_size=386, workload="shared-prefix", prefix_len=30)
+    a, b = bench_client.make_prompts(cfg, 2, salt=1), bench_client.make_prompts(cfg, 3, salt=2)
+    assert all(len(p) == 40 and p[:30] == a[0][:30] for p in a + b)  # one prefix for every point of the run
+    assert a[0][30:] != a[1][30:] and all(96 <= t < 386 for p in a for t in p)
+    words = bench_client.make_prompts(dict(cfg, vocab_size=0), 2, salt=1)
+    assert words[0].split()[:30] == words[1].split()[:30] and len(words[0].split()) == 40
+    random_ = bench_client.make_prompts(dict(cfg, workload="random"), 2, salt=1)
+    assert random_[0][:30] != random_[1][:30]
+    with pytest.raises(BenchError, match="workload must be one of"):
+        bench_client.make_prompts(dict(cfg, workload="sharegpt"), 1, salt=0)
+    v = bench.equivalent_commands(cfg, {"num_prompts": 8, "max_concurrency": 4})["vllm_bench_serve"]
+    assert "--random-prefix-len 30" in v and "--random-input-len 10" in v
+    assert bench.prefix_cache({"prefix_cache_queries_total": 100.0, "prefix_cache_hits_total": 10.0},
+                              {"prefix_cache_queries_total": 500.0, "prefix_cache_hits_total": 250.0}) == {
+        "prefix_cache_queries": 400.0, "prefix_cache_hits": 240.0, "prefix_cache_hit_rate": 0.6}
+    assert bench.prefix_cache({}, {})["prefix_cache_hit_rate"] is None

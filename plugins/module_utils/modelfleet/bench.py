@@ -41,6 +41,8 @@ FORMULAS = {
     "token_counts": "from the server's usage field (stream_options.include_usage); no client tokenizer",
     "server_generation_tokens": "delta of vllm:generation_tokens_total across the point",
     "reconcile_diff": "|client completion tokens - server_generation_tokens| / server_generation_tokens",
+    "prefix_cache_hit_rate": "delta vllm:prefix_cache_hits_total / delta vllm:prefix_cache_queries_total (prompt "
+                             "tokens found in the prefix cache / looked up) across the point",
     "percentiles": "linear interpolation between closest ranks (numpy's default)",
 }
 
@@ -186,8 +188,21 @@ def server_snapshot(text: str, model: str | None = None) -> dict:
         "requests_waiting": metric_sum(s, "vllm:num_requests_waiting", model),
         "kv_cache_usage": kv,
         "preemptions_total": metric_sum(s, "vllm:num_preemptions_total", model),
+        "prefix_cache_queries_total": metric_sum(s, "vllm:prefix_cache_queries_total", model),
+        "prefix_cache_hits_total": metric_sum(s, "vllm:prefix_cache_hits_total", model),
         "kv_tokens_capacity": blocks * block_size if blocks and block_size else None,
     }
+
+
+def prefix_cache(before: dict, after: dict) -> dict:
+    """The server's prefix cache across a point: prompt tokens looked up and found (vLLM's counters), and the
+    share found; None where the server exposes no such counter."""
+    q0, q1 = before.get("prefix_cache_queries_total"), after.get("prefix_cache_queries_total")
+    h0, h1 = before.get("prefix_cache_hits_total"), after.get("prefix_cache_hits_total")
+    if None in (q0, q1, h0, h1):
+        return {"prefix_cache_queries": None, "prefix_cache_hits": None, "prefix_cache_hit_rate": None}
+    q, h = q1 - q0, h1 - h0
+    return {"prefix_cache_queries": q, "prefix_cache_hits": h, "prefix_cache_hit_rate": h / q if q else None}
 
 
 def reconcile(client_output_tokens: int, before: dict, after: dict,
@@ -363,9 +378,11 @@ def equivalent_commands(cfg: dict, point: dict, tokenizer: str | None = None) ->
     rate = None if rate in (None, "inf", float("inf")) else float(rate)
     tok = tokenizer or model
     ilen, olen = int(cfg["input_len"]), int(cfg["output_len"])
+    shared = min(int(cfg.get("prefix_len") or ilen // 2), ilen) if cfg.get("workload") == "shared-prefix" else 0
     vllm = ["vllm", "bench", "serve", "--backend", "openai-chat" if chat else "vllm", "--base-url", url,
             "--endpoint", "/v1/chat/completions" if chat else "/v1/completions", "--model", model, "--tokenizer", tok,
-            "--dataset-name", "random", "--random-input-len", str(ilen), "--random-output-len", str(olen),
+            "--dataset-name", "random", "--random-input-len", str(ilen - shared), "--random-output-len", str(olen),
+            *(["--random-prefix-len", str(shared)] if shared else []),
             "--num-prompts", str(n), "--ignore-eos", "--percentile-metrics", "ttft,tpot,itl,e2el",
             "--metric-percentiles", "50,90,99", "--seed", str(cfg.get("seed", 0))]
     if c:
@@ -374,12 +391,14 @@ def equivalent_commands(cfg: dict, point: dict, tokenizer: str | None = None) ->
     goodput = [f"{k}:{cfg[f'goodput_{k}_ms']:g}" for k in ("ttft", "tpot") if cfg.get(f"goodput_{k}_ms")]
     if goodput:
         vllm += ["--goodput", *goodput]
-    guide = ["guidellm", "benchmark", "--target", url, "--model", model, "--processor", tok, "--data",
-             f"prompt_tokens={ilen},output_tokens={olen}", "--max-requests", str(n)]
+    data = f"prompt_tokens={ilen - shared},output_tokens={olen}" + (f",prefix_tokens={shared}" if shared else "")
+    guide = ["guidellm", "benchmark", "--target", url, "--model", model, "--processor", tok, "--data", data,
+             "--max-requests", str(n)]
     guide += (["--rate-type", "poisson", "--rate", f"{rate:g}"] if rate is not None
               else ["--rate-type", "concurrent", "--rate", str(c or 1)])
     aiperf = ["aiperf", "profile", "--model", model, "--tokenizer", tok, "--url", url, "--endpoint-type",
-              "chat" if chat else "completions", "--streaming", "--synthetic-input-tokens-mean", str(ilen),
+              "chat" if chat else "completions", "--streaming", "--synthetic-input-tokens-mean", str(ilen - shared),
+              *(["--num-prefix-prompts", "1", "--prefix-prompt-length", str(shared)] if shared else []),
               "--synthetic-input-tokens-stddev", "0", "--output-tokens-mean", str(olen), "--output-tokens-stddev",
               "0", "--extra-inputs", "ignore_eos:true", "--request-count", str(n), "--random-seed",
               str(cfg.get("seed", 0))]
@@ -389,8 +408,11 @@ def equivalent_commands(cfg: dict, point: dict, tokenizer: str | None = None) ->
         aiperf += ["--concurrency", str(c)]
     key = " (the API key: OPENAI_API_KEY in the environment; AIPerf: --api-key \"$OPENAI_API_KEY\")" \
         if cfg.get("api_key") else ""
+    note = "each tool's own synthetic prompts of the same token lengths" + (
+        f", {shared} of them one prefix shared by every prompt (the prefix options differ between the tools' "
+        "versions: check yours)" if shared else "") + key
     return {"vllm_bench_serve": shlex.join(vllm), "guidellm": shlex.join(guide), "aiperf": shlex.join(aiperf),
-            "note": "each tool's own synthetic prompts of the same token lengths" + key}
+            "note": note}
 
 
 # --------------------------------------------------------------------------- error bars (issue 26)

@@ -37,7 +37,7 @@ def default_config() -> dict:
         "input_len": 128, "output_len": 128, "vocab_size": 0, "seed": 0, "warmup": 2,
         "processes": 1, "request_timeout_s": 600.0, "metrics_interval_s": 0.5,
         "goodput_ttft_ms": None, "goodput_tpot_ms": None, "max_cpu_fraction": 0.9, "max_lag_p99_ms": 25.0,
-        "reconcile_tolerance": bench.RECONCILE_TOLERANCE, "tokenizer": None,
+        "reconcile_tolerance": bench.RECONCILE_TOLERANCE, "tokenizer": None, "workload": "random", "prefix_len": 0,
     }
 
 
@@ -48,17 +48,31 @@ def _headers(cfg: dict) -> dict:
     return h
 
 
+WORKLOADS = ("random", "shared-prefix")
+
+
 def make_prompts(cfg: dict, n: int, salt: int) -> list:
-    """n prompts of input_len: token-id lists when vocab_size is known (completions), else word strings."""
+    """n prompts of input_len: token-id lists when vocab_size is known (completions), else word strings. The
+    shared-prefix workload starts every prompt with the same prefix_len tokens (a system prompt every user of a
+    chat service sends; what prefix caching saves), the rest different per prompt."""
     rng = random.Random(cfg["seed"] * 1_000_003 + salt)
+    workload = cfg.get("workload") or "random"
+    if workload not in WORKLOADS:
+        raise bench.BenchError(f"workload must be one of {', '.join(WORKLOADS)}, got {workload!r}")
+    shared = min(int(cfg.get("prefix_len") or cfg["input_len"] // 2), cfg["input_len"]) \
+        if workload == "shared-prefix" else 0
+    fixed = random.Random(cfg["seed"] * 7_919 + 1)  # the same prefix in every point of the run
+    ids = cfg["endpoint"] == "completions" and cfg.get("vocab_size")
+    # token ids: skip the lowest (special and byte tokens) and stay inside the tokenizer's range
+    lo, hi = (min(100, cfg["vocab_size"] // 4), cfg["vocab_size"]) if ids else (0, 0)
+    prefix = [fixed.randrange(lo, hi) for _dummy in range(shared)] if ids else \
+        [fixed.choice(_WORDS) for _dummy in range(shared)]
     out = []
     for _dummy in range(n):
-        if cfg["endpoint"] == "completions" and cfg.get("vocab_size"):
-            # skip the lowest ids (special and byte tokens) and stay inside the tokenizer's range
-            lo, hi = min(100, cfg["vocab_size"] // 4), cfg["vocab_size"]
-            out.append([rng.randrange(lo, hi) for _dummy in range(cfg["input_len"])])
+        if ids:
+            out.append(prefix + [rng.randrange(lo, hi) for _dummy in range(cfg["input_len"] - shared)])
         else:
-            out.append(" ".join(rng.choice(_WORDS) for _dummy in range(cfg["input_len"])))
+            out.append(" ".join(prefix + [rng.choice(_WORDS) for _dummy in range(cfg["input_len"] - shared)]))
     return out
 
 
@@ -291,6 +305,7 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
     m = bench.point_metrics(records, goodput_ttft_ms=cfg.get("goodput_ttft_ms"),
                             goodput_tpot_ms=cfg.get("goodput_tpot_ms"))
     m.update(bench.reconcile(m["total_output_tokens"], before, after, cfg["reconcile_tolerance"]))
+    m.update(bench.prefix_cache(before, after))
     m.update(bench.client_health([x["cpu_fraction"] for x in parts], [v for x in parts for v in x["loop_lag_ms"]],
                                  max_cpu_fraction=cfg["max_cpu_fraction"], max_lag_p99_ms=cfg["max_lag_p99_ms"]))
     waits = [s["requests_waiting"] for s in samples if s.get("requests_waiting") is not None]
