@@ -135,8 +135,15 @@ def _fmt(v, nd=1, escape=True):
 
 def write_html(result: dict, path: Path, png_name: str, title: str) -> None:
     # the error bars (95%, Student-t): throughput over repeated runs, mean TTFT over the point's requests
+    def gpu_util(p):
+        gs = [g["util_pct_mean"] for g in (p.get("telemetry") or {}).get("gpus") or []
+              if g.get("util_pct_mean") is not None]
+        return sum(gs) / len(gs) if gs else None
+
+    # telemetry during the point: the server's CPU in cores, the GPUs' mean utilisation
     pts = [dict(p, out_ci=(p.get("ci_output_throughput") or {}).get("half_width"),
-                ttft_ci=(p.get("ci_ttft_ms") or {}).get("half_width"))
+                ttft_ci=(p.get("ci_ttft_ms") or {}).get("half_width"),
+                server_cores=(p.get("telemetry") or {}).get("server_cpu_cores_mean"), gpu_util=gpu_util(p))
            for p in sorted(result["points"], key=lambda p: (p.get("max_concurrency") or 0, p.get("offered_load") or 0))]
     cols = [("C", "max_concurrency"), ("rate", "request_rate"), ("prompts", "num_prompts"),
             ("out tok/s", "output_throughput"), ("req/s", "request_throughput"),
@@ -145,7 +152,8 @@ def write_html(result: dict, path: Path, png_name: str, title: str) -> None:
             ("TTFT p99 ms", "p99_ttft_ms"), ("TPOT p50 ms", "median_tpot_ms"), ("ITL p99 ms", "p99_itl_ms"),
             ("E2E p50 ms", "median_e2el_ms"), ("E2E p99 ms", "p99_e2el_ms"), ("client queue p99 ms", "p99_queue_ms"),
             ("server tokens", "server_generation_tokens"), ("diff", "reconcile_diff"),
-            ("client CPU", "client_cpu_fraction_max"), ("waiting max", "server_requests_waiting_max"),
+            ("client CPU", "client_cpu_fraction_max"), ("server CPU cores", "server_cores"),
+            ("GPU util %", "gpu_util"), ("waiting max", "server_requests_waiting_max"),
             ("KV max", "server_kv_cache_usage_max")]
     head = "".join(f"<th>{html.escape(c)}</th>" for c, _ in cols) + "<th>valid</th>"
     rows = []

@@ -213,11 +213,14 @@ def test_capacity_search_finds_a_rate_that_meets_the_target_and_the_next_that_do
 def test_the_shared_prefix_workload_hits_the_servers_prefix_cache(vllm_server):
     """Issue 26: prompts that share their first 288 of 320 tokens (whole KV blocks of 16 or 128) are found in vLLM's
     prefix cache (its own counters; the warm-up request put the prefix there); random prompts are not."""
-    cfg = _cfg(vllm_server.url, input_len=320, workload="shared-prefix", prefix_len=288, seed=11)
+    cfg = _cfg(vllm_server.url, input_len=320, workload="shared-prefix", prefix_len=288, seed=11,
+               server_pid=vllm_server.proc.pid)
     shared = bench_client.run_point(cfg, concurrency=4, num_prompts=16)
     rand = bench_client.run_point(dict(cfg, workload="random", seed=12), concurrency=4, num_prompts=16)
     assert shared["failed"] == 0 and shared["prefix_cache_hits"] > 0, shared["prefix_cache_hits"]
     assert shared["prefix_cache_hit_rate"] > 0.5 > rand["prefix_cache_hit_rate"], (shared, rand)
+    # telemetry (issue 26): the server's process tree worked during the point; this machine has no GPU
+    assert shared["telemetry"]["server_cpu_cores_mean"] > 0 and shared["telemetry"]["gpus"] == []
 
 
 def test_unreachable_server_is_a_clear_error():

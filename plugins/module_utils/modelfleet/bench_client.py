@@ -38,6 +38,7 @@ def default_config() -> dict:
         "processes": 1, "request_timeout_s": 600.0, "metrics_interval_s": 0.5,
         "goodput_ttft_ms": None, "goodput_tpot_ms": None, "max_cpu_fraction": 0.9, "max_lag_p99_ms": 25.0,
         "reconcile_tolerance": bench.RECONCILE_TOLERANCE, "tokenizer": None, "workload": "random", "prefix_len": 0,
+        "server_pid": 0, "gpu_telemetry": True,
     }
 
 
@@ -238,28 +239,58 @@ async def _sample_gauges(cfg: dict, stop: asyncio.Event, out: list) -> None:
                 pass
 
 
+class _TelemetryThread:
+    """The server's CPU (cfg server_pid: its process tree) and the host's GPUs sampled every metrics interval, in a
+    thread of its own: /proc walks and NVML calls would otherwise stall the event loop whose lag is measured."""
+
+    def __init__(self, cfg: dict):
+        import threading
+
+        from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import telemetry
+
+        self.t, self.cfg, self.samples = telemetry, cfg, []
+        self.pid = int(cfg.get("server_pid") or 0)
+        self.gpu = telemetry.GpuSampler() if cfg.get("gpu_telemetry", True) else None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        while True:
+            s = {"t": time.perf_counter()}
+            if self.pid:
+                s["server_cpu_s"] = self.t.proc_tree_cpu_seconds(self.pid)
+            if self.gpu is not None and self.gpu.kind:
+                s["gpus"] = self.gpu.sample()
+            self.samples.append(s)
+            if self.stop.wait(self.cfg["metrics_interval_s"]):
+                return
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        if self.thread.ident is not None:  # started
+            self.thread.join(10)
+
+    def summary(self) -> dict:
+        out = self.t.summarise(self.samples)
+        out["gpu_source"] = self.gpu.kind if self.gpu is not None else None
+        return out
+
+
 def _split(n: int, k: int) -> list[int]:
     return [n // k + (1 if i < n % k else 0) for i in range(k)]
 
 
-def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float | None = None,
-              num_prompts: int = 8) -> dict:
-    """One benchmark point: warm-up, scrape, run (1..N client processes), scrape, metrics and checks."""
-    if not concurrency and not request_rate:
-        raise bench.BenchError("a point needs a concurrency or a request rate")
-    procs = max(1, min(int(cfg.get("processes") or 1), concurrency or num_prompts, num_prompts))
-    if cfg.get("warmup"):
-        w = make_prompts(cfg, cfg["warmup"], salt=-1)
-        asyncio.run(_drive(cfg, w, min(cfg["warmup"], concurrency or cfg["warmup"]), None, 0.0))
-    try:
-        before = bench.server_snapshot(scrape(cfg), cfg["model"])
-    except OSError as e:
-        raise bench.BenchError(f"cannot read {cfg['base_url']}/metrics ({e}); is the server up and the API key "
-                               "right?") from e
-    prompts = make_prompts(cfg, num_prompts, salt=concurrency or int(request_rate * 1000))
-    samples: list = []
-    start_at = time.perf_counter() + (0.3 if procs > 1 else 0.0)
+def _run_parts(cfg: dict, prompts: list, procs: int, concurrency, request_rate, num_prompts: int,
+               start_at: float, samples: list, tele: _TelemetryThread) -> list:
+    """The point's requests, in this process or split over `procs` forked client processes, with /metrics
+    sampled meanwhile into `samples` and the telemetry thread started (after the forks: never fork beside a
+    running thread); returns each process's part."""
     if procs == 1:
+        tele.__enter__()
         async def main():
             stop = asyncio.Event()
             sampler = asyncio.create_task(_sample_gauges(cfg, stop, samples))
@@ -283,6 +314,7 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
             p.start()
             child_end.close()
             children.append((p, parent_end))
+        tele.__enter__()
 
         async def main():
             stop = asyncio.Event()
@@ -299,6 +331,31 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
         errs = [x["error"] for x in parts if "error" in x]
         if errs:
             raise bench.BenchError(f"a client process failed: {errs[0]}")
+    return parts
+
+
+def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float | None = None,
+              num_prompts: int = 8) -> dict:
+    """One benchmark point: warm-up, scrape, run (1..N client processes), scrape, metrics and checks."""
+    if not concurrency and not request_rate:
+        raise bench.BenchError("a point needs a concurrency or a request rate")
+    procs = max(1, min(int(cfg.get("processes") or 1), concurrency or num_prompts, num_prompts))
+    if cfg.get("warmup"):
+        w = make_prompts(cfg, cfg["warmup"], salt=-1)
+        asyncio.run(_drive(cfg, w, min(cfg["warmup"], concurrency or cfg["warmup"]), None, 0.0))
+    try:
+        before = bench.server_snapshot(scrape(cfg), cfg["model"])
+    except OSError as e:
+        raise bench.BenchError(f"cannot read {cfg['base_url']}/metrics ({e}); is the server up and the API key "
+                               "right?") from e
+    prompts = make_prompts(cfg, num_prompts, salt=concurrency or int(request_rate * 1000))
+    samples: list = []
+    start_at = time.perf_counter() + (0.3 if procs > 1 else 0.0)
+    tele = _TelemetryThread(cfg)
+    try:
+        parts = _run_parts(cfg, prompts, procs, concurrency, request_rate, num_prompts, start_at, samples, tele)
+    finally:
+        tele.__exit__()
     after = bench.server_snapshot(scrape(cfg), cfg["model"])
     samples = [bench.server_snapshot(text, cfg["model"]) for text in samples]
     records = [r for part in parts for r in part["records"]]
@@ -306,6 +363,7 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
                             goodput_tpot_ms=cfg.get("goodput_tpot_ms"))
     m.update(bench.reconcile(m["total_output_tokens"], before, after, cfg["reconcile_tolerance"]))
     m.update(bench.prefix_cache(before, after))
+    m["telemetry"] = tele.summary()
     m.update(bench.client_health([x["cpu_fraction"] for x in parts], [v for x in parts for v in x["loop_lag_ms"]],
                                  max_cpu_fraction=cfg["max_cpu_fraction"], max_lag_p99_ms=cfg["max_lag_p99_ms"]))
     waits = [s["requests_waiting"] for s in samples if s.get("requests_waiting") is not None]
