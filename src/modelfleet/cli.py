@@ -400,7 +400,8 @@ def _deploy_summary(res) -> None:
         print(f"{h.host:<12} {h.status:<8} reached {h.phase or '-':<12} rev {str(d.get('revision', '-'))[:12]:<12} "
               f"from {d.get('fetched_from', '-')}, {d.get('bytes', '-')} B"
               + ("  (up to date: fetch, environment and unit skipped)" if d.get("up_to_date") else ""))
-        print(f"{'':<12} time: {times or '-'}")
+        split = ", ".join(f"{k[:-2]} {v}s" for k, v in (d.get("timings") or {}).items() if v not in (None, ""))
+        print(f"{'':<12} time: {times or '-'}" + (f" ({split})" if split else ""))
         if bench:
             print(f"{'':<12} bench: single {bench.get('single_stream_output_tok_s') or 0:.1f} tok/s, peak "
                   f"{bench.get('peak_output_tok_s') or 0:.1f} tok/s at C={bench.get('peak_concurrency')}")

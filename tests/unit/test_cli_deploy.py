@@ -47,3 +47,20 @@ def test_deploy_without_a_profile_names_none(monkeypatch):
     args = cli.build_parser().parse_args(["deploy", "-i", "f.fleet.yml", "--check"])
     assert args.profile is None and args.check and args.inventory == "f.fleet.yml"
     assert cli.build_parser().parse_args(["deploy", "tiny-llama"]).profile == "tiny-llama"
+
+
+def test_the_summary_splits_a_hosts_fetch_and_start_times(tmp_path, capsys):
+    """Issue 26: per host, the runner's phase times and, from the deploy outcome, the download, verification and
+    start-to-ready seconds (a receiver has no download of its own: left out, not shown as 0)."""
+    t = runner._Tracker(None, tmp_path / "events.jsonl")
+    t(_ok("fleet-1", {"modelfleet_deploy_outcome": {
+        "revision": "57acd6fa976d18", "fetched_from": "hub", "bytes": 10, "up_to_date": False,
+        "timings": {"download_s": 12.3, "verify_s": 1.2, "ready_s": 40.5}}}))
+    t(_ok("fleet-2", {"modelfleet_deploy_outcome": {
+        "revision": "57acd6fa976d18", "fetched_from": "origin fleet-1", "bytes": 10, "up_to_date": False,
+        "timings": {"download_s": None, "verify_s": None, "ready_s": 22.0}}}))
+    t.close()
+    res = runner.RunResult("deploy_model.yml", "r", str(tmp_path), False, 0, "successful", 0.0, 1.0, 2, t.hosts)
+    cli._deploy_summary(res)
+    out = capsys.readouterr().out
+    assert "(download 12.3s, verify 1.2s, ready 40.5s)" in out and "(ready 22.0s)" in out
