@@ -49,7 +49,9 @@ options:
   goodput_tpot_ms: {description: TPOT limit for goodput., type: float}
   reconcile_tolerance: {description: Largest client/server token difference of a valid point., type: float, default: 0.02}
   workload:
-    description: "C(random) prompts, or C(shared-prefix): every prompt starts with the same O(prefix_len) tokens (a shared system prompt; the server's prefix-cache hits are recorded per point)."
+    description:
+      - "C(random) prompts, or C(shared-prefix): every prompt starts with the same O(prefix_len) tokens (a shared"
+      - "system prompt); the server's prefix-cache hits are recorded per point."
     type: str
     choices: [random, shared-prefix]
     default: random

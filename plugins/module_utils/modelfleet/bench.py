@@ -424,12 +424,13 @@ def merge_repeats(runs: list[dict]) -> dict:
     for key in ("output_throughput", "request_throughput"):
         ci = mean_ci([r[key] for r in runs])
         p[key], p[f"ci_{key}"] = ci["mean"], ci
-    p["runs"] = [{k: r.get(k) for k in ("output_throughput", "request_throughput", "median_ttft_ms", "median_tpot_ms",
-                                         "median_e2el_ms", "valid")} for r in runs]
+    keep = ("output_throughput", "request_throughput", "median_ttft_ms", "median_tpot_ms", "median_e2el_ms", "valid")
+    p["runs"] = [{k: r.get(k) for k in keep} for r in runs]
     p["valid"] = all(r.get("valid", True) for r in runs)
     p["invalid_reasons"] = sorted({x for r in runs for x in r.get("invalid_reasons") or []})
     p["failed"] = sum(r.get("failed") or 0 for r in runs)
     return p
+
 
 def _betacf(a: float, b: float, x: float) -> float:
     """The continued fraction of the regularized incomplete beta function (modified Lentz)."""
@@ -473,7 +474,7 @@ def t_quantile(p: float, df: float) -> float:
     if not 0.0 < p < 1.0 or df <= 0:
         raise BenchError(f"t quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
     lo, hi = -1e3, 1e3
-    for _ in range(200):
+    for _dummy in range(200):
         mid = (lo + hi) / 2.0
         if t_cdf(mid, df) < p:
             lo = mid
@@ -524,7 +525,7 @@ def check_slo(slo: dict) -> dict:
     if bad:
         raise BenchError(f"unknown latency target {bad[0]!r}; the targets are {', '.join(SLO_FIELDS)}")
     for k, v in slo.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)) or not v > 0 or v != v:
+        if isinstance(v, bool) or not isinstance(v, (int, float)) or math.isnan(v) or v <= 0:
             raise BenchError(f"latency target {k} must be a number of milliseconds > 0, got {v!r}")
     return dict(slo)
 

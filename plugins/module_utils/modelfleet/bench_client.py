@@ -291,6 +291,7 @@ def _run_parts(cfg: dict, prompts: list, procs: int, concurrency, request_rate, 
     running thread); returns each process's part."""
     if procs == 1:
         tele.__enter__()
+
         async def main():
             stop = asyncio.Event()
             sampler = asyncio.create_task(_sample_gauges(cfg, stop, samples))
@@ -401,7 +402,7 @@ def run_sweep(cfg: dict, *, levels: list[int], request_rate: float | None = None
     started = time.time()
     for c in levels:
         n = bench.num_prompts_for(c, per_level=per_level, minimum=min_prompts, maximum=max_prompts)
-        runs = [run_point(cfg, concurrency=c, request_rate=request_rate, num_prompts=n) for _ in range(repeat)]
+        runs = [run_point(cfg, concurrency=c, request_rate=request_rate, num_prompts=n) for _dummy in range(repeat)]
         p = bench.merge_repeats(runs)
         cap = kv_tokens_capacity or p.get("server_kv_tokens_capacity")
         bound = bench.kv_bound(cap, cfg["input_len"], cfg["output_len"])
@@ -438,7 +439,7 @@ def capacity_search(cfg: dict, *, slo: dict, mode: str = "rate", start: float = 
     slo = bench.check_slo(slo)
     if mode not in ("rate", "concurrency"):
         raise bench.BenchError(f"capacity mode must be rate or concurrency, got {mode!r}")
-    if not start > 0 or maximum < start:
+    if start <= 0 or maximum < start:
         raise bench.BenchError(f"capacity search needs 0 < start <= maximum, got {start} and {maximum}")
     integer = mode == "concurrency"
     if integer:
@@ -453,10 +454,10 @@ def capacity_search(cfg: dict, *, slo: dict, mode: str = "rate", start: float = 
             break
         if integer:
             n = bench.num_prompts_for(int(load), per_level=per_level, minimum=min_prompts, maximum=max_prompts)
-            runs = [run_point(cfg, concurrency=int(load), num_prompts=n) for _ in range(repeat)]
+            runs = [run_point(cfg, concurrency=int(load), num_prompts=n) for _dummy in range(repeat)]
         else:
             n = max(min_prompts, min(max_prompts, int(round(load * probe_seconds))))
-            runs = [run_point(cfg, request_rate=load, num_prompts=n) for _ in range(repeat)]
+            runs = [run_point(cfg, request_rate=load, num_prompts=n) for _dummy in range(repeat)]
         p = bench.merge_repeats(runs)
         p["offered_load"] = load
         p["equivalent_commands"] = bench.equivalent_commands(cfg, p, cfg.get("tokenizer"))
