@@ -254,16 +254,19 @@ class _TelemetryThread:
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
+    def _sample(self):
+        s = {"t": time.perf_counter()}
+        if self.pid:
+            s["server_cpu_s"] = self.t.proc_tree_cpu_seconds(self.pid)
+        if self.gpu is not None and self.gpu.kind:
+            s["gpus"] = self.gpu.sample()
+        self.samples.append(s)
+
     def _run(self):
-        while True:
-            s = {"t": time.perf_counter()}
-            if self.pid:
-                s["server_cpu_s"] = self.t.proc_tree_cpu_seconds(self.pid)
-            if self.gpu is not None and self.gpu.kind:
-                s["gpus"] = self.gpu.sample()
-            self.samples.append(s)
-            if self.stop.wait(self.cfg["metrics_interval_s"]):
-                return
+        self._sample()
+        while not self.stop.wait(self.cfg["metrics_interval_s"]):
+            self._sample()
+        self._sample()  # the end of the point: a point shorter than the interval still has one interval
 
     def __enter__(self):
         self.thread.start()
