@@ -39,6 +39,19 @@ def fixtures_dir() -> Path:
 
 
 @pytest.fixture(scope="session")
+def kimi(tmp_path_factory) -> dict:
+    """The facts of the shape-faithful Kimi-K2.5 INT4 checkpoint (64 sparse shards), as inspect_local reads them."""
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import inspect_local
+
+    from modelfleet.harness.synthetic import write_checkpoint
+
+    d = tmp_path_factory.mktemp("kimi-facts")
+    ck = FIXTURES / "checkpoints"
+    write_checkpoint(ck / "kimi-k2.5-tensor-inventory.md", ck / "kimi-k2.5-config.json", d)
+    return inspect_local(str(d))
+
+
+@pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     from modelfleet.harness.tiny_model import build
 

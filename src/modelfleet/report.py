@@ -70,8 +70,14 @@ def plot(result: dict, path: Path, title: str) -> None:
         ax.axvline(knee, color="gray", ls=":", lw=1.5)
         ax.annotate(f"knee C={knee}", (knee, ax.get_ylim()[1]), textcoords="offset points", xytext=(4, -14),
                     color="dimgray")
-    lines = ax.get_legend_handles_labels()
-    lines2 = ax2.get_legend_handles_labels()
+    _finish_plot(fig, ax, ax2, path, title)
+
+
+def _finish_plot(fig, ax, ax2, path: Path, title: str) -> None:
+    """One legend for both axes, the title and grid, and the PNG written."""
+    import matplotlib.pyplot as plt
+
+    lines, lines2 = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
     ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
     ax.set_title(title, fontsize=10)
     ax.grid(alpha=0.3)
@@ -116,13 +122,7 @@ def plot_capacity(result: dict, path: Path, title: str) -> None:
         ax.axvline(cap["capacity"], color="green", ls=":", lw=2)
         ax.annotate(f"capacity {cap['capacity']:g}", (cap["capacity"], ax.get_ylim()[1]), textcoords="offset points",
                     xytext=(4, -14), color="green")
-    lines, lines2 = ax.get_legend_handles_labels(), ax2.get_legend_handles_labels()
-    ax.legend(lines[0] + lines2[0], lines[1] + lines2[1], loc="upper left", fontsize=8)
-    ax.set_title(title, fontsize=10)
-    ax.grid(alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
+    _finish_plot(fig, ax, ax2, path, title)
 
 
 def _fmt(v, nd=1, escape=True):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.checkpoint import inspect_local
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import PlanError
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.group import layout, members
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.sizes import GiB
@@ -13,15 +12,6 @@ from tests.conftest import FIXTURES
 CK = FIXTURES / "checkpoints"
 SEED_HOST = {"count": 8, "memory_bytes": 96 * GiB, "interconnect": "pcie", "compute_capability": "12.0"}
 H100_HOST = {"count": 8, "memory_bytes": 80 * GiB, "interconnect": "nvlink", "compute_capability": "9.0"}
-
-
-@pytest.fixture(scope="module")
-def kimi(tmp_path_factory):
-    from modelfleet.harness.synthetic import write_checkpoint
-
-    d = tmp_path_factory.mktemp("kimi-group")
-    write_checkpoint(CK / "kimi-k2.5-tensor-inventory.md", CK / "kimi-k2.5-config.json", d)
-    return inspect_local(str(d))
 
 
 def test_the_seed_host_stays_one_host_with_tp8(kimi):

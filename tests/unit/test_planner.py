@@ -21,15 +21,6 @@ SEED_HOST = {"count": 8, "memory_bytes": 96 * GiB, "interconnect": "pcie", "comp
 
 
 @pytest.fixture(scope="module")
-def kimi(tmp_path_factory):
-    from modelfleet.harness.synthetic import write_checkpoint
-
-    d = tmp_path_factory.mktemp("kimi-plan")
-    write_checkpoint(CK / "kimi-k2.5-tensor-inventory.md", CK / "kimi-k2.5-config.json", d)
-    return inspect_local(str(d))
-
-
-@pytest.fixture(scope="module")
 def minimax(tmp_path_factory):
     from modelfleet.harness.synthetic import write_checkpoint
 

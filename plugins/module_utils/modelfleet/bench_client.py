@@ -394,6 +394,18 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
     return m
 
 
+def _result_head(cfg: dict, started: float, **client) -> dict:
+    """What every result starts with: when, against what, and the client's settings (never the API key)."""
+    return {
+        "date": time.strftime("%Y%m%d-%H%M%S", time.gmtime(started)),
+        "started_at": started, "finished_at": time.time(),
+        "backend": "openai-chat" if cfg["endpoint"] == "chat" else "openai",
+        "model_id": cfg["model"], "base_url": cfg["base_url"],
+        "client": {k: v for k, v in cfg.items() if k != "api_key"} | client | {
+            "read_bufsize": READ_BUFSIZE, "pid": os.getpid()},
+    }
+
+
 def run_sweep(cfg: dict, *, levels: list[int], request_rate: float | None = None, per_level: int = 4,
               min_prompts: int = 8, max_prompts: int = 2000, kv_tokens_capacity: int | None = None,
               progress=None, repeat: int = 1) -> dict:
@@ -417,14 +429,7 @@ def run_sweep(cfg: dict, *, levels: list[int], request_rate: float | None = None
         if progress:
             progress(p)
     return {
-        "date": time.strftime("%Y%m%d-%H%M%S", time.gmtime(started)),
-        "started_at": started, "finished_at": time.time(),
-        "backend": "openai-chat" if cfg["endpoint"] == "chat" else "openai",
-        "model_id": cfg["model"], "base_url": cfg["base_url"],
-        "client": {k: v for k, v in cfg.items() if k != "api_key"} | {
-            "levels": levels, "request_rate": request_rate, "per_level": per_level, "repeat": repeat,
-            "read_bufsize": READ_BUFSIZE,
-            "pid": os.getpid()},
+        **_result_head(cfg, started, levels=levels, request_rate=request_rate, per_level=per_level, repeat=repeat),
         "points": points,
         "knee": bench.find_knee(points),
         "headline": bench.headline(points),
@@ -474,13 +479,8 @@ def capacity_search(cfg: dict, *, slo: dict, mode: str = "rate", start: float = 
     points = [pr["point"] for pr in probes]
     ordered = sorted(points, key=lambda p: p["offered_load"])
     return {
-        "date": time.strftime("%Y%m%d-%H%M%S", time.gmtime(started)),
-        "started_at": started, "finished_at": time.time(),
-        "backend": "openai-chat" if cfg["endpoint"] == "chat" else "openai",
-        "model_id": cfg["model"], "base_url": cfg["base_url"],
-        "client": {k: v for k, v in cfg.items() if k != "api_key"} | {
-            "capacity_mode": mode, "start": start, "maximum": maximum, "repeat": repeat,
-            "probe_seconds": probe_seconds, "read_bufsize": READ_BUFSIZE, "pid": os.getpid()},
+        **_result_head(cfg, started, capacity_mode=mode, start=start, maximum=maximum, repeat=repeat,
+                       probe_seconds=probe_seconds),
         "points": ordered,
         "capacity": bench.capacity_summary(probes, slo, mode),
         "knee": bench.find_knee(ordered) if integer else {"summary": "(a rate search: see the capacity)"},
