@@ -48,7 +48,8 @@ python3 -c 'import sys; sys.exit(0 if sys.version_info >= (3, 11) else 1)' \
   || die "python3 >= 3.11 is required (found $(python3 -V 2>&1)); install Debian 12's python3"
 
 # ---- Debian packages --------------------------------------------------------------------------
-debs=(podman runc debootstrap rsync openssh-client python3-venv uidmap slirp4netns fuse-overlayfs)
+# haproxy: the fleet endpoint's tests check configurations with the real `haproxy -c` and run it on loopback
+debs=(podman runc debootstrap rsync openssh-client python3-venv uidmap slirp4netns fuse-overlayfs haproxy)
 missing=()
 for p in "${debs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then
@@ -58,7 +59,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     die "apt-get could not install: ${missing[*]} (log: $cache/apt.log); check the Debian mirror in /etc/apt/sources.list*"
   fi
 fi
-for t in podman runc debootstrap rsync ssh ssh-keygen; do command -v "$t" >/dev/null || die "$t is still missing after apt-get; install it: apt-get install $t"; done
+for t in podman runc debootstrap rsync ssh ssh-keygen haproxy; do command -v "$t" >/dev/null || die "$t is still missing after apt-get; install it: apt-get install $t"; done
 
 # ---- project venv -----------------------------------------------------------------------------
 # shellcheck source=scripts/lib/pip.sh

@@ -104,7 +104,10 @@ run_scenario() {
     echo "molecule $s $(( $(date +%s) - start ))" >>"$root/.cache/test-timings"
     return 0
   fi
-  report=$(tail -n 80 "$root/.cache/molecule-$s.log")
+  # what failed first (the verifier's test ids and pytest's E lines, the failed tasks), then the log's tail
+  report=$( { sed -E 's/\x1b\[[0-9;]*m//g' "$root/.cache/molecule-$s.log" \
+              | grep -E "::.*(FAILED|ERROR)|(│|^[0-9:]+) +E  |fatal: \[|FAILED! =>" | head -n 60
+            echo "-- the log's last 40 lines:"; tail -n 40 "$root/.cache/molecule-$s.log"; } || true)
   printf '\n== molecule test -s %s ==\n%s\nmolecule scenario %s failed after %d s (full log: .cache/molecule-%s.log)\n' \
     "$s" "$report" "$s" "$(( $(date +%s) - start ))" "$s"
   return 1

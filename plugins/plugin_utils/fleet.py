@@ -15,6 +15,7 @@ Shape:
         models_root: /models
         connection: {...}
         vars: {...}
+        endpoint: {host: gpu-01, port: 8080}   # one address for the group's replicas (a host of this file)
         hosts:
           <host>: {address: 10.0.0.11, port: 22, user: root, gpu: {...}, models_root: ..., vars: {...}}
     rollout:
@@ -42,7 +43,8 @@ PLUGIN_NAMES = ("modelfleet.fleet.fleet", "fleet")
 TOP_KEYS = {"plugin", "models_root", "connection", "vars", "groups", "rollout", "gpu", "profile",
             "compose", "keyed_groups", "conditional_groups", "strict", "cache", "profiles_dir", "cache_plugin",
             "cache_timeout", "cache_connection", "cache_prefix", "leading_separator", "use_extra_vars"}
-GROUP_KEYS = {"profile", "gpu", "models_root", "connection", "vars", "hosts"}
+GROUP_KEYS = {"profile", "gpu", "models_root", "connection", "vars", "hosts", "endpoint"}
+ENDPOINT_KEYS = {"host", "port"}
 HOST_KEYS = {"address", "port", "user", "gpu", "models_root", "connection", "vars", "profile"}
 GPU_KEYS = {"kind", "count", "memory_gib", "interconnect"}
 INTERCONNECTS = {"pcie", "nvlink", "mixed", "single", "none"}
@@ -165,6 +167,34 @@ def _percentage(v) -> bool:
     return not isinstance(v, bool) and isinstance(v, int | float) and 0 <= v <= 100
 
 
+def _endpoints(ctx, groups_in, hosts, groups):
+    """Each group's `endpoint`: the host that runs it gets {name: group, port, hosts} in modelfleet_endpoints and
+    joins the derived group `endpoints`."""
+    used: dict = {}
+    for g, gd in groups_in.items():
+        if "endpoint" not in gd:
+            continue
+        ep = gd["endpoint"]
+        p = ("groups", g, "endpoint")
+        ctx.keys(ep, ENDPOINT_KEYS, p, f"group {g}'s endpoint")
+        host, port = ep.get("host"), ep.get("port")
+        if host not in hosts:
+            ctx.fail(p + ("host",), f"endpoint host {host!r} is not a host of this fleet file; name one of "
+                                    f"{', '.join(sorted(hosts))} (it needs no GPU work of its own group)")
+        if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
+            ctx.fail(p + ("port",), f"endpoint port must be 1-65535, got {port!r}")
+        if (host, port) in used:
+            ctx.fail(p + ("port",), f"port {port} on {host} is already group {used[(host, port)]}'s endpoint")
+        serving = hosts[host].get("vllm_service_port")
+        if serving == port:
+            ctx.fail(p + ("port",), f"port {port} is the vLLM port of {host} (vllm_service_port); pick another")
+        used[(host, port)] = g
+        hosts[host].setdefault("modelfleet_endpoints", []).append(
+            {"name": g, "port": port, "hosts": list(groups[g]["hosts"])})
+        if host not in groups.setdefault("endpoints", {"hosts": [], "vars": {}})["hosts"]:
+            groups["endpoints"]["hosts"].append(host)
+
+
 def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> dict:
     """Validate a fleet file and return {hosts: {name: vars}, groups: {name: {hosts, vars}}, rollout}."""
     data, lines = load_text(text, source)
@@ -224,6 +254,7 @@ def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> di
                      modelfleet_canary=False)
             hosts[h] = v
             groups[g]["hosts"].append(h)
+    _endpoints(ctx, groups_in, hosts, groups)
     rollout = data.get("rollout") or {}
     ctx.keys(rollout, ROLLOUT_KEYS, ("rollout",), "rollout")
     mfp = rollout.get("max_fail_percentage", 0)
@@ -275,6 +306,9 @@ def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> di
             ctx.fail(("rollout", "waves"), f"hosts in no wave: {', '.join(missing)} (every host needs a wave, "
                                            "or leave rollout.waves out)")
     # derived groups (a fleet group of the same name is refused where it is met)
+    if "endpoints" in groups_in and any("endpoint" in (gd or {}) for gd in groups_in.values()):
+        ctx.fail(("groups", "endpoints"), "group name endpoints clashes with the derived group of the hosts that "
+                                          "run an endpoint; rename it")
     for h, v in hosts.items():
         for gname in (_group_name("gpu_", v["modelfleet_gpu_kind"]),
                       _group_name("interconnect_", v["modelfleet_interconnect"]),

@@ -438,6 +438,53 @@ def test_the_canary_rollback_says_why_and_serves_again(host):
     assert _models(host) == ["tiny-llama"] and host.service(UNIT).is_running
 
 
+# the fleet file's endpoints (issue 25), both on fleet-1: port, served name, the replicas
+ENDPOINTS = {"llama": (18600, "tiny-llama", {"fleet-1", "fleet-2"}), "llama_b": (18601, "tiny-llama-b", {"fleet-3"})}
+_SHOW_STAT = """python3 - <<'EOF'
+import socket, sys
+s = socket.socket(socket.AF_UNIX)
+s.connect("/run/modelfleet-endpoint/admin.sock")
+s.sendall(b"show stat\\n")
+data = b""
+while chunk := s.recv(65536):
+    data += chunk
+sys.stdout.write(data.decode())
+EOF"""
+
+
+def _endpoint_states(balancer):
+    """The balancer's own view of each replica (HAProxy's show stat on its admin socket, on fleet-1)."""
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.endpoint import parse_stat
+
+    out = balancer.run(_SHOW_STAT)
+    assert out.rc == 0, out.stderr
+    return {b: {r: v["status"] for r, v in servers.items()} for b, servers in parse_stat(out.stdout).items()}
+
+
+def _through_endpoint(balancer, name):
+    """One completion through an endpoint: (HTTP status, the replica that answered)."""
+    port, served, _dummy = ENDPOINTS[name]
+    body = json.dumps({"model": served, "prompt": "the fleet", "max_tokens": 3})
+    out = balancer.run(f"curl -sS -m 60 -D - -o /dev/null -w 'status=%{{http_code}}' "
+                       f"http://127.0.0.1:{port}/v1/completions -H 'Content-Type: application/json' -d '{body}'")
+    replica = re.findall(r"(?im)^x-modelfleet-replica: (\S+)", out.stdout)
+    return re.findall(r"status=(\d+)", out.stdout)[-1:] == ["200"], (replica or [None])[0]
+
+
+def test_each_endpoint_serves_its_group_from_every_replica(host):
+    """Issue 25: one address per group; every replica takes requests (joined by a passed real-completion check)."""
+    if _name(host) != "fleet-1":
+        return
+    assert host.service("modelfleet-endpoint.service").is_running
+    cfg = host.file("/etc/modelfleet/endpoint/haproxy.cfg")
+    assert cfg.mode == 0o600 and cfg.user == "root"
+    want = {name: {r: "UP" for r in replicas} for name, (_port, _served, replicas) in ENDPOINTS.items()}
+    assert _endpoint_states(host) == want
+    for name, (_port, _served, replicas) in ENDPOINTS.items():
+        answers = [_through_endpoint(host, name) for _ in range(6)]
+        assert all(ok for ok, _r in answers) and {r for _ok, r in answers} == replicas, (name, answers)
+
+
 def test_kill_9_of_the_engine_recovers_by_itself(host):
     """Last, and on the canary only: the other hosts' NRestarts are checked above to be 0."""
     if _name(host) != "fleet-1":
@@ -484,18 +531,32 @@ def test_the_watchdog_restarts_an_engine_that_stopped_generating_while_health_an
     hung = host.run(f"curl -sS -m 5 {_url(host)}/v1/completions -H 'Content-Type: application/json' "
                     f"-d '{json.dumps({'model': _served(host), 'prompt': 'x', 'max_tokens': 1})}'")
     assert health == "200" and hung.rc != 0  # what the watchdog exists for: healthy by /health, generating nothing
-    deadline = time.monotonic() + 180
+    # the endpoint's own check is a real completion too: fleet-2 leaves it, and its requests go to fleet-1
+    balancer = _other(host, "fleet-1")
+    deadline = time.monotonic() + 90
+    while _endpoint_states(balancer)["llama"]["fleet-2"] == "UP" and time.monotonic() < deadline:
+        time.sleep(1)
+    left = time.monotonic() - t
+    assert _endpoint_states(balancer)["llama"] == {"fleet-1": "UP", "fleet-2": "DOWN"}, "fleet-2 did not leave"
+    answers = [_through_endpoint(balancer, "llama") for _ in range(4)]
+    assert answers == [(True, "fleet-1")] * 4, answers
+    deadline = time.monotonic() + 300  # up to 10 + 30 + 10 + 30 s to notice, then the stop
     while time.monotonic() < deadline:
         now = host.run(f"systemctl show -p InvocationID --value {UNIT}").stdout.strip()
         if now and now != invocation:
             break
         time.sleep(2)
     noticed = time.monotonic() - t
-    assert now != invocation, "the watchdog did not restart the unit in 180 s"
+    assert now != invocation, ("the watchdog did not restart the unit in 300 s", host.run(
+        "journalctl -u modelfleet-watchdog.service --no-pager -o cat -n 20").stdout)
     _models(host)
     assert _complete(host)["usage"]["completion_tokens"] == 5
-    print(f"engine stopped: watchdog restarted the unit after {noticed:.0f} s; serving again after "
-          f"{time.monotonic() - t:.0f} s")
+    deadline = time.monotonic() + 60
+    while _endpoint_states(balancer)["llama"]["fleet-2"] != "UP" and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _endpoint_states(balancer)["llama"]["fleet-2"] == "UP", "fleet-2 did not join the endpoint again"
+    print(f"engine stopped: left the endpoint after {left:.0f} s; watchdog restarted the unit after {noticed:.0f} s; "
+          f"serving again and back in the endpoint after {time.monotonic() - t:.0f} s")
     journal = host.run("journalctl -u modelfleet-watchdog.service --no-pager -o cat").stdout
     assert f"{UNIT}: restarting: 2 real completions failed in a row" in journal and "timed out" in journal
     state = json.loads(host.file(f"/var/lib/modelfleet-watchdog/{UNIT}.json").content_string)

@@ -1,0 +1,118 @@
+"""The fleet endpoint's configuration run by the real HAProxy (as modelfleet-endpoint.service runs it, without
+systemd) in front of two small HTTP servers on loopback that answer like vLLM's completion route: the replica that
+answers the check takes requests and says so in X-Modelfleet-Replica, the client's Authorization header reaches
+it untouched, one that refuses connections is DOWN with the balancer's reason, and a replica that starts
+answering joins. The real vLLM behind the real endpoint is molecule/fleet's (tests/test_fleet.py)."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import os
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+
+import pytest
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import endpoint
+
+HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
+
+
+def _free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class _Replica(http.server.BaseHTTPRequestHandler):
+    seen: list = []
+
+    def do_POST(self):  # noqa: N802 - the stdlib's name
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        self.seen.append({"auth": self.headers.get("Authorization"), "model": body.get("model")})
+        ok = body.get("model") == "tiny"
+        out = json.dumps({"object": "text_completion"} if ok else {"error": "no such model"}).encode()
+        self.send_response(200 if ok else 404)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+
+    def log_message(self, *args):
+        pass
+
+
+def _serve(port):
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", port), _Replica)
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    return srv
+
+
+def _wait(cond, timeout=20):
+    t = time.monotonic()
+    while time.monotonic() - t < timeout:
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.2)
+    raise AssertionError(f"not within {timeout} s")
+
+
+@pytest.fixture
+def balancer(tmp_path):
+    assert os.path.exists(HAPROXY), "haproxy is not installed (scripts/setup.sh installs it)"
+    up, later, front = _free_port(), _free_port(), _free_port()
+    srv = _serve(up)
+    fe = {"name": "tiny", "port": front, "served_name": "tiny", "api_key": "k3y", "left_out": [],
+          "backends": [{"name": "r1", "address": "127.0.0.1", "port": up},
+                       {"name": "r2", "address": "127.0.0.1", "port": later}]}
+    sock = str(tmp_path / "admin.sock")
+    cfg = str(tmp_path / "haproxy.cfg")
+    text = endpoint.render([fe], bind_address="127.0.0.1", check_interval=0.5, check_timeout=2, user=None,
+                           admin_socket=sock)
+    assert endpoint.install(cfg, text, haproxy=HAPROXY)[0]
+    proc = subprocess.Popen([HAPROXY, "-db", "-f", cfg], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        _wait(lambda: os.path.exists(sock))
+        yield {"front": front, "later": later, "sock": sock, "proc": proc}
+    finally:
+        proc.terminate()
+        proc.wait(10)
+        srv.shutdown()
+
+
+def _complete(front, key="Bearer client-key"):
+    req = urllib.request.Request(f"http://127.0.0.1:{front}/v1/completions", method="POST",
+                                 data=json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 1}).encode(),
+                                 headers={"Content-Type": "application/json", "Authorization": key})
+    with urllib.request.urlopen(req, timeout=10) as r:
+        return r.status, r.headers.get("X-Modelfleet-Replica")
+
+
+def test_the_replica_that_answers_the_check_takes_requests_and_the_other_is_down_with_the_reason(balancer):
+    states = _wait(lambda: (s := endpoint.server_states(balancer["sock"]))["tiny"]["r1"]["status"] == "UP"
+                   and s["tiny"]["r2"]["check"].startswith("L4") and s)
+    assert states["tiny"]["r2"]["status"].startswith("DOWN"), states
+    (why,) = endpoint.not_up(states, {"tiny": ["r1", "r2"]})
+    assert why.startswith("tiny/r2: DOWN, last check L4CON") and "connection refused" in why
+    _Replica.seen.clear()
+    assert [_complete(balancer["front"]) for _ in range(4)] == [(200, "r1")] * 4
+    # the checks carry the endpoint's key; the clients' requests carry their own, untouched
+    clients = [s for s in _Replica.seen if s["auth"] == "Bearer client-key"]
+    assert len(clients) == 4 and all(s["model"] == "tiny" for s in clients)
+    assert {s["auth"] for s in _Replica.seen} <= {"Bearer client-key", "Bearer k3y"}
+
+
+def test_a_replica_that_starts_answering_joins_and_takes_its_share(balancer):
+    srv = _serve(balancer["later"])
+    try:
+        _wait(lambda: endpoint.not_up(endpoint.server_states(balancer["sock"]), {"tiny": ["r1", "r2"]}) == [])
+        answered = {_complete(balancer["front"])[1] for _ in range(8)}
+        assert answered == {"r1", "r2"}
+    finally:
+        srv.shutdown()
+        srv.server_close()
