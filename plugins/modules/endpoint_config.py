@@ -28,7 +28,7 @@ options:
     required: true
   path: {description: The configuration file., type: path, default: /etc/modelfleet/endpoint/haproxy.cfg}
   bind_address: {description: "The address the frontends listen on (0.0.0.0: every address).", type: str, default: 0.0.0.0}
-  check_interval_seconds: {description: Seconds between two checks of a replica., type: float, default: 5}
+  check_interval_seconds: {description: Seconds between two checks of a replica., type: float, default: 10}
   check_timeout_seconds: {description: Seconds a check's completion may take before it counts as failed., type: float, default: 30}
   rise: {description: Passed checks in a row before a replica takes requests., type: int, default: 1}
   fall: {description: Failed checks in a row before a replica takes no more requests., type: int, default: 2}
@@ -82,7 +82,7 @@ def main():
             "frontends": {"type": "list", "elements": "dict", "required": True},
             "path": {"type": "path", "default": "/etc/modelfleet/endpoint/haproxy.cfg"},
             "bind_address": {"type": "str", "default": "0.0.0.0"},
-            "check_interval_seconds": {"type": "float", "default": 5},
+            "check_interval_seconds": {"type": "float", "default": 10},
             "check_timeout_seconds": {"type": "float", "default": 30},
             "rise": {"type": "int", "default": 1},
             "fall": {"type": "int", "default": 2},

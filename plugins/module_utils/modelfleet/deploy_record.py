@@ -42,12 +42,14 @@ class RecordError(ModelfleetError):
 
 # the role variables that are a deploy's inputs: every variable of these roles and of modelfleet itself ...
 INPUT_PREFIXES = ("modelfleet_", "hf_fetch_", "nvidia_env_", "vllm_service_", "benchmark_", "storage_cleanup_")
-# ... less what a run publishes and what only shapes the rollout (the profile's content is an input itself; its
-# name, the wave, the group and the pace are not)
+# ... less what a run publishes and what only shapes the rollout or the endpoints (the profile's content is an
+# input itself; its name, the wave, the group and the pace are not)
 NOT_INPUTS = re.compile(
     r"^(.*_outcome"
     r"|modelfleet_(canary_passed|targets|serial|max_fail_percentage|benchmark|fast_path)"
     r"|modelfleet_(profile|profile_name|profiles_dir|rollout|rollout_plan|wave|wave_index|canary|group)"
+    # the endpoints a host runs for its groups (the fleet_endpoint role's input, not this host's deploy's)
+    r"|modelfleet_endpoints"
     # the deploy steps' own inputs (role modelfleet_deploy): the profile and commit, counted above themselves
     r"|modelfleet_deploy_.*)\Z")
 

@@ -142,7 +142,7 @@ def _check_frontends(fronts: list) -> None:
                 raise EndpointError(f"endpoint {name}: port {b['port']} is also replica {b['name']}'s on loopback")
 
 
-def render(fronts: list, bind_address: str = "0.0.0.0", check_interval: float = 5, check_timeout: float = 30,
+def render(fronts: list, bind_address: str = "0.0.0.0", check_interval: float = 10, check_timeout: float = 30,
            rise: int = 1, fall: int = 2, timeout: float = 600, maxconn: int = 4096, admin_socket: str = SOCKET,
            user: str | None = "haproxy") -> str:
     """The HAProxy configuration for `fronts` (from `frontends`); every value is checked before it is written."""
