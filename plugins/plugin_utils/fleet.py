@@ -169,7 +169,7 @@ def _percentage(v) -> bool:
 
 def _endpoints(ctx, groups_in, hosts, groups):
     """Each group's `endpoint`: the host that runs it gets {name: group, port, hosts} in modelfleet_endpoints and
-    joins the derived group `endpoints`."""
+    joins the derived group `endpoints`; each replica gets {host, name} in modelfleet_endpoint."""
     used: dict = {}
     for g, gd in groups_in.items():
         if "endpoint" not in gd:
@@ -191,6 +191,8 @@ def _endpoints(ctx, groups_in, hosts, groups):
         used[(host, port)] = g
         hosts[host].setdefault("modelfleet_endpoints", []).append(
             {"name": g, "port": port, "hosts": list(groups[g]["hosts"])})
+        for member in groups[g]["hosts"]:  # where a switch of this replica drains it first
+            hosts[member]["modelfleet_endpoint"] = {"host": host, "name": g}
         if host not in groups.setdefault("endpoints", {"hosts": [], "vars": {}})["hosts"]:
             groups["endpoints"]["hosts"].append(host)
 

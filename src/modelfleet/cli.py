@@ -217,7 +217,7 @@ def cmd_bench(a) -> int:
                input_len=a.input_len, output_len=a.output_len, vocab_size=a.vocab_size, warmup=a.warmup,
                processes=a.processes, seed=a.seed, goodput_ttft_ms=a.goodput_ttft_ms,
                goodput_tpot_ms=a.goodput_tpot_ms, tokenizer=a.model_repo or None, workload=a.workload,
-               prefix_len=a.prefix_len, server_pid=a.server_pid)
+               prefix_len=a.prefix_len, server_pid=a.server_pid, stop_file=a.stop_file)
 
     def progress(p):
         if a.json:
@@ -533,6 +533,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="shared-prefix: every prompt starts with the same --prefix-len tokens (prefix-cache hits "
                         "are recorded per point)")
     p.add_argument("--prefix-len", type=int, default=0, help="tokens of the shared prefix (0: half the input)")
+    p.add_argument("--stop-file", default=None, metavar="PATH",
+                   help="stop sending when PATH exists (the requests in flight finish): a load that lasts as long "
+                        "as something else, e.g. a rolling switch through the fleet endpoint")
     p.add_argument("--server-pid", type=int, default=0,
                    help="telemetry: the server's main PID on this host (its process tree's CPU is sampled)")
     p.add_argument("--capacity", choices=["rate", "concurrency"], default=None,

@@ -30,10 +30,13 @@ def _free_port():
 
 class _Replica(http.server.BaseHTTPRequestHandler):
     seen: list = []
+    slow_prompt = "slow"  # a client request with this prompt takes 2 s (one held while its replica is drained)
 
     def do_POST(self):  # noqa: N802 - the stdlib's name
         body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
         self.seen.append({"auth": self.headers.get("Authorization"), "model": body.get("model")})
+        if body.get("prompt") == self.slow_prompt:
+            time.sleep(2)
         ok = body.get("model") == "tiny"
         out = json.dumps({"object": "text_completion"} if ok else {"error": "no such model"}).encode()
         self.send_response(200 if ok else 404)
@@ -85,9 +88,9 @@ def balancer(tmp_path):
         srv.shutdown()
 
 
-def _complete(front, key="Bearer client-key"):
+def _complete(front, key="Bearer client-key", prompt="x"):
     req = urllib.request.Request(f"http://127.0.0.1:{front}/v1/completions", method="POST",
-                                 data=json.dumps({"model": "tiny", "prompt": "x", "max_tokens": 1}).encode(),
+                                 data=json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": 1}).encode(),
                                  headers={"Content-Type": "application/json", "Authorization": key})
     with urllib.request.urlopen(req, timeout=10) as r:
         return r.status, r.headers.get("X-Modelfleet-Replica")
@@ -116,3 +119,41 @@ def test_a_replica_that_starts_answering_joins_and_takes_its_share(balancer):
     finally:
         srv.shutdown()
         srv.server_close()
+
+
+def test_a_drained_replica_finishes_what_it_holds_takes_nothing_new_and_comes_back(balancer):
+    """Drain before stop (vllm_service around a switch, module endpoint_server): maint sends the replica no new
+    request and stops its checks while the request it holds finishes; ready brings it back after a passed check."""
+    srv = _serve(balancer["later"])
+    sock = balancer["sock"]
+    try:
+        _wait(lambda: endpoint.not_up(endpoint.server_states(sock), {"tiny": ["r1", "r2"]}) == [])
+        held = []
+        # a slow request on r2 (leastconn with both idle: send until one lands on r2, then drain r2 during it)
+        while not held:
+            t = threading.Thread(target=lambda: held.append(_complete(balancer["front"], prompt="slow")))
+            t.start()
+            time.sleep(0.3)
+            if endpoint.server_states(sock)["tiny"]["r2"]["current"] == 1:
+                break
+            t.join()
+            held.clear()
+        change = endpoint.set_state("tiny", "r2", "maint", sock)
+        assert change["before"]["status"] == "UP" and change["after"]["status"].startswith("MAINT")
+        answers = [_complete(balancer["front"]) for _ in range(6)]
+        assert answers == [(200, "r1")] * 6  # nothing new for r2 ...
+        t.join()
+        assert held == [(200, "r2")]  # ... and what it held came back whole
+        endpoint.set_state("tiny", "r2", "ready", sock)
+        _wait(lambda: endpoint.server_states(sock)["tiny"]["r2"]["status"] == "UP")
+        assert {_complete(balancer["front"])[1] for _ in range(8)} == {"r1", "r2"}
+    finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+def test_setting_a_replica_the_balancer_does_not_know_says_so(balancer):
+    with pytest.raises(endpoint.EndpointError, match="the endpoint has no replica tiny/r9"):
+        endpoint.set_state("tiny", "r9", "maint", balancer["sock"])
+    with pytest.raises(endpoint.EndpointError, match="state 'down': maint or ready"):
+        endpoint.set_state("tiny", "r1", "down", balancer["sock"])

@@ -188,6 +188,7 @@ def test_the_inputs_are_the_role_variables_less_what_a_run_publishes_or_only_pac
                  "modelfleet_rollout": {}, "modelfleet_profile_name": "p", "modelfleet_fast_path": True,
                  "modelfleet_canary_passed": True,
                  "modelfleet_endpoints": [{"name": "g", "port": 8080, "hosts": ["h"]}],
+                 "modelfleet_endpoint": {"host": "h", "name": "g"},
                  "ansible_port": 22, "inventory_hostname": "h", "my_var": 1}
     assert sorted(dr.input_variables(variables)) == [
         "benchmark_max_concurrency", "hf_fetch_token", "modelfleet_models_root", "nvidia_env_vllm_version",

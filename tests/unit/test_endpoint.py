@@ -177,6 +177,8 @@ def test_the_fleet_file_puts_each_groups_endpoint_on_the_host_it_names():
     assert r["hosts"]["b"]["modelfleet_endpoints"] == [{"name": "llama", "port": 8080, "hosts": ["a", "b"]},
                                                        {"name": "other", "port": 8081, "hosts": ["c"]}]
     assert "modelfleet_endpoints" not in r["hosts"]["a"] and r["groups"]["endpoints"]["hosts"] == ["b"]
+    assert r["hosts"]["a"]["modelfleet_endpoint"] == {"host": "b", "name": "llama"}
+    assert r["hosts"]["c"]["modelfleet_endpoint"] == {"host": "b", "name": "other"}
 
 
 @pytest.mark.parametrize(("old", "new", "words"), [

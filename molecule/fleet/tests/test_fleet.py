@@ -287,6 +287,28 @@ def test_drift_rerun_skipped_the_current_hosts_and_repaired_fleet_3():
     assert "failed=0" in recap["fleet-3"] and "changed=0" not in recap["fleet-3"], recap["fleet-3"]
 
 
+def test_a_rolling_switch_under_load_through_the_endpoint_lost_no_request():
+    """Issue 25: both replicas of group llama switched (a changed unit environment), one at a time, each drained from
+    the endpoint first and put back after ready, under 2 requests a second through the endpoint: none failed."""
+    raw = _plain(open(os.path.join(EPHEMERAL, "rolling.out")).read())
+    out = " ".join(raw.split())
+    recap = _recap(raw)
+    for h in ("fleet-1", "fleet-2"):
+        assert "failed=0" in recap[h] and "changed=0" not in recap[h], recap[h]
+        said = _said(out, h, "drained from endpoint llama on fleet-1: idle after")
+        assert said and "back in the endpoint after" in said[0], (h, said)
+    assert "endpoint not changed" in out  # the run was narrowed to one profile: the endpoint stays as it is
+    hours, minutes, seconds = re.findall(r"seconds (\d+):(\d+):([\d.]+)", raw)[-1]  # the command's delta
+    switch_s = 3600 * int(hours) + 60 * int(minutes) + float(seconds)
+    reports = json.loads(re.search(r"\{.*\}", open(os.path.join(EPHEMERAL, "rolling-load.out")).read(),
+                                   re.S).group(0))["reports"]
+    (point,) = json.load(open(reports["json"]))["points"]
+    print(f"rolling switch of 2 replicas in {switch_s:.0f} s under load through the endpoint: {point['sent']} "
+          f"requests sent, {point['completed']} completed, {point['failed']} failed")
+    assert point["failed"] == 0 and point["completed"] == point["sent"], point.get("errors")
+    assert point["sent"] >= switch_s * 2 * 0.7, (point["sent"], switch_s)  # the load lasted the whole switch
+
+
 def test_a_unit_value_with_a_newline_was_refused_before_anything_was_written(host):
     """Issue 19: an environment value with a newline (which would have added User=root and an ExecStartPre to
     the unit) fails the controller's preflight by name; no play reaches a host, no unit file holds it."""

@@ -39,6 +39,9 @@ def default_config() -> dict:
         "goodput_ttft_ms": None, "goodput_tpot_ms": None, "max_cpu_fraction": 0.9, "max_lag_p99_ms": 25.0,
         "reconcile_tolerance": bench.RECONCILE_TOLERANCE, "tokenizer": None, "workload": "random", "prefix_len": 0,
         "server_pid": 0, "gpu_telemetry": True,
+        # a file whose appearance stops the sending (the requests in flight finish): a load that lasts as long
+        # as something else does (a rolling switch through the fleet endpoint)
+        "stop_file": None,
     }
 
 
@@ -165,6 +168,7 @@ async def _drive(cfg: dict, prompts: list, concurrency: int | None, rate: float 
     lags: list = []
     stop = asyncio.Event()
     records: list = []
+    stop_file = cfg.get("stop_file")
     async with _session(cfg, concurrency or len(prompts)) as session:
         delay = start_at - time.perf_counter()
         if delay > 0:
@@ -191,6 +195,8 @@ async def _drive(cfg: dict, prompts: list, concurrency: int | None, rate: float 
                 delay = arrival - time.perf_counter()
                 if delay > 0:
                     await asyncio.sleep(delay)
+                if stop_file and os.path.exists(stop_file):
+                    break
                 tasks.append(asyncio.create_task(timed(p, arrival)))
                 arrival += rng.expovariate(rate)
             await asyncio.gather(*tasks)
@@ -198,7 +204,7 @@ async def _drive(cfg: dict, prompts: list, concurrency: int | None, rate: float 
             queue = list(reversed(prompts))
 
             async def worker():
-                while queue:
+                while queue and not (stop_file and os.path.exists(stop_file)):
                     records.append(await one_request(session, cfg, queue.pop()))
 
             await asyncio.gather(*(worker() for _dummy in range(min(concurrency, len(prompts)))))
@@ -375,7 +381,7 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
     runs = [s["requests_running"] for s in samples if s.get("requests_running") is not None]
     m.update({
         "max_concurrency": concurrency, "request_rate": request_rate if request_rate else "inf",
-        "num_prompts": num_prompts, "client_processes": procs,
+        "num_prompts": num_prompts, "sent": len(records), "client_processes": procs,
         "server_requests_waiting_max": max(waits) if waits else None,
         "server_requests_running_max": max(runs) if runs else None,
         "server_kv_cache_usage_max": max(kvs) if kvs else None,
@@ -388,7 +394,7 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
     if m["reconciled"] is False:
         invalid.append(m["reconcile_note"])
     if m["failed"]:
-        invalid.append(f"{m['failed']} of {num_prompts} requests failed: {m['errors'][:3]}")
+        invalid.append(f"{m['failed']} of {len(records)} requests failed: {m['errors'][:3]}")
     m["valid"] = not invalid
     m["invalid_reasons"] = invalid
     return m

@@ -49,7 +49,7 @@ NOT_INPUTS = re.compile(
     r"|modelfleet_(canary_passed|targets|serial|max_fail_percentage|benchmark|fast_path)"
     r"|modelfleet_(profile|profile_name|profiles_dir|rollout|rollout_plan|wave|wave_index|canary|group)"
     # the endpoints a host runs for its groups (the fleet_endpoint role's input, not this host's deploy's)
-    r"|modelfleet_endpoints"
+    r"|modelfleet_endpoints?|vllm_service_endpoint"
     # the deploy steps' own inputs (role modelfleet_deploy): the profile and commit, counted above themselves
     r"|modelfleet_deploy_.*)\Z")
 

@@ -314,3 +314,24 @@ def not_up(states: dict, expect: dict) -> list[str]:
                             "reaches? vllm_service_host is loopback unless the inventory says otherwise)")
                 missing.append(f"{name}/{r}: {s['status']}, last check {s['check']} {s['check_detail']}{hint}")
     return missing
+
+
+def set_state(backend: str, server: str, state: str, path: str = SOCKET) -> dict:
+    """Put one replica of an endpoint in `state` ("maint": no new request, none checked, those it holds go on;
+    "ready": checked again, it takes requests after its first passed check). Returns its states before and after.
+
+    Raises EndpointError when the balancer does not know the replica (HAProxy's words)."""
+    if state not in ("maint", "ready"):
+        raise EndpointError(f"state {state!r}: maint or ready")
+    for what, v in (("endpoint", backend), ("replica", server)):
+        if not NAME_RE.match(str(v)):
+            raise EndpointError(f"{what} name {v!r}: letters, digits, '_', '.', '-'")
+    before = server_states(path).get(backend, {}).get(server)
+    if before is None:
+        raise EndpointError(f"the endpoint has no replica {backend}/{server} (is this host in the endpoint's group, "
+                            "and the endpoint configured by a run in which it served?)")
+    said = admin(f"set server {backend}/{server} state {state}", path).strip()
+    if said:
+        raise EndpointError(f"HAProxy refused 'set server {backend}/{server} state {state}': {said}")
+    after = server_states(path).get(backend, {}).get(server) or {}
+    return {"before": before, "after": after}

@@ -79,3 +79,18 @@ def start_verdict(props: dict, restarts_allowed: int = 0) -> tuple[bool, str]:
         return True, (f"the server exited before it was ready ({how}) and systemd restarted it "
                       f"{restarts + pending} time(s); allowed before ready: {restarts_allowed}")
     return False, ""
+
+
+def in_flight(url: str, key: str | None = None, timeout: float = 5) -> int | None:
+    """The requests a server holds now - running plus waiting, from vLLM's own gauges on /metrics; None when the
+    server does not answer or exposes neither gauge (nothing to wait for)."""
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.bench import server_snapshot
+
+    try:
+        _dummy, body = _request(url.rstrip("/") + "/metrics", key, timeout=timeout)
+    except (urllib.error.URLError, OSError, ValueError):
+        return None
+    snap = server_snapshot(body.decode("utf-8", "replace"))
+    if snap["requests_running"] is None and snap["requests_waiting"] is None:
+        return None
+    return int((snap["requests_running"] or 0) + (snap["requests_waiting"] or 0))
