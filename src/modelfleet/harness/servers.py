@@ -157,7 +157,8 @@ def pin_process_group(pgid: int, cpus: set[int]) -> int:
 
 
 def start_vllm(model_dir: str | Path, served_name: str, log_dir: str | Path, port: int | None = None,
-               extra_args: list[str] | None = None, timeout: float = 300) -> ServerProcess:
+               extra_args: list[str] | None = None, timeout: float = 300,
+               env: dict | None = None) -> ServerProcess:
     py = VLLM_VENV / "bin" / "python"
     if not py.exists():
         raise RuntimeError(f"the vLLM CPU venv is missing ({VLLM_VENV}); run scripts/setup.sh --vllm")
@@ -167,7 +168,8 @@ def start_vllm(model_dir: str | Path, served_name: str, log_dir: str | Path, por
            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
            "--max-model-len", "1024", *(extra_args or [])]
     with open(log, "w") as lf:
-        proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True, env=vllm_env())
+        proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True,
+                                env={**vllm_env(), **(env or {})})
     url = f"http://127.0.0.1:{port}"
     srv = ServerProcess("vllm", proc, url, log)
     try:
