@@ -21,7 +21,12 @@ options:
   endpoint: {description: The endpoint (the fleet file's group)., type: str, required: true}
   replica: {description: The replica (its inventory name)., type: str, required: true}
   state: {description: maint (out) or ready (back)., type: str, choices: [maint, ready], required: true}
-  wait_seconds: {description: "With state=ready, how long to wait until it takes requests.", type: float, default: 120}
+  wait_seconds:
+    description: >-
+      With state=ready, how long to wait until it takes requests; with state=maint, how long to wait until the
+      balancer holds no request of it any more (its own count: a request handed over may not be in vLLM's gauges yet).
+    type: float
+    default: 120
   admin_socket: {description: HAProxy's admin socket., type: path, default: /run/modelfleet-endpoint/admin.sock}
 attributes:
   platform:
@@ -46,7 +51,7 @@ present: {description: An endpoint with this replica runs on the host., returned
 before: {description: "The replica's state before (status, current and total requests, last check).", returned: always, type: dict}
 after: {description: Its state after., returned: always, type: dict}
 up: {description: "With state=ready, whether it takes requests again.", returned: always, type: bool}
-waited_seconds: {description: "With state=ready, how long it waited.", returned: always, type: float}
+waited_seconds: {description: How long it waited (for its requests to end with maint; to take requests with ready)., returned: always, type: float}
 msg: {description: What happened., returned: always, type: str}
 """
 
@@ -88,6 +93,14 @@ def main():
             result["changed"] = True
             module.exit_json(msg=f"would set {name} to {p['state']}", **result)
         result.update(set_state(p["endpoint"], p["replica"], p["state"], p["admin_socket"]), changed=True)
+        if p["state"] == "maint":
+            # the requests the balancer already handed to it (some may not be in vLLM's gauges yet: still being
+            # read or tokenized) are over only when the balancer's own count of them is 0
+            start = time.monotonic()
+            while result["after"].get("current") and time.monotonic() - start < p["wait_seconds"]:
+                time.sleep(0.2)
+                result["after"] = server_states(p["admin_socket"])[p["endpoint"]][p["replica"]]
+            result["waited_seconds"] = round(time.monotonic() - start, 1)
         if p["state"] == "ready":
             start = time.monotonic()
             while True:
