@@ -12,6 +12,7 @@ import os
 import shutil
 import socket
 import subprocess
+import sys
 import threading
 import time
 import urllib.request
@@ -148,6 +149,72 @@ def test_a_drained_replica_finishes_what_it_holds_takes_nothing_new_and_comes_ba
         _wait(lambda: endpoint.server_states(sock)["tiny"]["r2"]["status"] == "UP")
         assert {_complete(balancer["front"])[1] for _ in range(8)} == {"r1", "r2"}
     finally:
+        srv.shutdown()
+        srv.server_close()
+
+
+_KILLABLE = """
+import http.server, json, sys, time
+class R(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+        if body.get("prompt") == "slow":
+            time.sleep(30)
+        out = json.dumps({"object": "text_completion"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+    def log_message(self, *args):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), R).serve_forever()
+"""
+
+
+def test_a_replica_killed_while_it_holds_a_request_leaves_at_once_and_the_request_is_answered(tmp_path):
+    """kill -9 of a replica's process: the request it held (no answer started) is sent again to the other one, and
+    the first connection that fails takes the replica out of the endpoint at once - the checks here run every
+    60 s, so only the balancer's watch of live traffic (observe layer4, on-error mark-down) explains it."""
+    p1, p2, front = _free_port(), _free_port(), _free_port()
+    srv = _serve(p1)
+    victim = subprocess.Popen([sys.executable, "-c", _KILLABLE, str(p2)])
+    sock, cfg = str(tmp_path / "admin.sock"), str(tmp_path / "haproxy.cfg")
+    fe = {"name": "tiny", "port": front, "served_name": "tiny", "left_out": [],
+          "backends": [{"name": "r1", "address": "127.0.0.1", "port": p1},
+                       {"name": "r2", "address": "127.0.0.1", "port": p2}]}
+    proc = None
+    try:
+        _wait(lambda: socket.socket().connect_ex(("127.0.0.1", p2)) == 0)
+        assert endpoint.install(cfg, endpoint.render([fe], bind_address="127.0.0.1", check_interval=60,
+                                                     check_timeout=2, user=None, admin_socket=sock), HAPROXY)[0]
+        proc = subprocess.Popen([HAPROXY, "-db", "-f", cfg], stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+        _wait(lambda: os.path.exists(sock) and endpoint.not_up(endpoint.server_states(sock),
+                                                                {"tiny": ["r1", "r2"]}) == [])
+        held = []
+        while not held:  # leastconn: send slow requests until one is held by r2
+            t = threading.Thread(target=lambda: held.append(_complete(front, prompt="slow")))
+            t.start()
+            time.sleep(0.3)
+            if endpoint.server_states(sock)["tiny"]["r2"]["current"] == 1:
+                break
+            t.join()
+            held.clear()
+        killed = time.monotonic()
+        victim.kill()
+        victim.wait(10)
+        t.join(20)
+        assert held == [(200, "r1")]  # what r2 held was answered by r1
+        answers = []
+        while not endpoint.server_states(sock)["tiny"]["r2"]["status"].startswith("DOWN") and len(answers) < 10:
+            answers.append(_complete(front))
+        left = time.monotonic() - killed
+        assert endpoint.server_states(sock)["tiny"]["r2"]["status"].startswith("DOWN") and left < 30, left
+        assert set(answers) <= {(200, "r1")}  # a request routed to the dead replica was redispatched, not failed
+    finally:
+        for p in (victim, proc):
+            if p is not None and p.poll() is None:
+                p.kill()
+                p.wait(10)
         srv.shutdown()
         srv.server_close()
 

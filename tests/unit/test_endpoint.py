@@ -73,6 +73,7 @@ def test_render_is_accepted_by_haproxy_and_checks_each_replica_by_a_completion(t
     assert """body '{"model":"kimi-k2.5","prompt":"ping","max_tokens":1}'""" in text
     assert "hdr Authorization 'Bearer k3y'" in text and "http-check expect status 200" in text
     assert "inter 2000ms" in text and "fall 3" in text and "timeout check 10000ms" in text
+    assert "observe layer4 error-limit 1 on-error mark-down" in text  # a dead replica leaves at its first refusal
     assert re.findall(r"^    server (\S+) (\S+)$", text, re.M) == [("gpu-01", "10.0.0.11:8000"),
                                                                      ("gpu-02", "10.0.0.12:8000")]
 

@@ -9,6 +9,9 @@ import hashlib
 import json
 import os
 import re
+import shutil
+import subprocess
+import sys
 import time
 import urllib.request
 
@@ -189,10 +192,15 @@ def _said(out, host, start):
 
 
 def _cli_run():
-    """The run folder of the side effect's `modelfleet deploy` (its own state folder holds this one run)."""
+    """The run folder of the side effect's `modelfleet deploy`: the one its own last line names ("run <id>: ...
+    artifacts: <folder>"), which must be in the state folder the side effect gave it."""
+    out = _plain(open(os.path.join(EPHEMERAL, "fleet_file.out")).read())
+    m = re.search(r"^run (\S+): \S+, rc=\d+, [0-9.]+ s; artifacts: (\S+)$", out, re.M)
+    assert m, out[-2000:]
+    run_id, run_dir = m.groups()
     runs = os.path.join(EPHEMERAL, "state-fleet-file", "runs")
-    (run_id,) = os.listdir(runs)
-    return os.path.join(runs, run_id), run_id
+    assert os.path.dirname(run_dir) == runs and run_id in os.listdir(runs), (run_dir, os.listdir(runs))
+    return run_dir, run_id
 
 
 def _batches(run_dir, run_id):
@@ -512,23 +520,80 @@ def test_each_endpoint_serves_its_group_from_every_replica(host):
         assert all(ok for ok, _r in answers) and {r for _ok, r in answers} == replicas, (name, answers)
 
 
-def test_kill_9_of_the_engine_recovers_by_itself(host):
-    """Last, and on the canary only: the other hosts' NRestarts are checked above to be 0."""
+def _start_load(name, port, served, seconds):
+    """`modelfleet bench` on the controller through an endpoint: 2 requests a second, open loop, until the stop
+    file appears (or `seconds` have passed); (process, stop file, output file)."""
+    stop, out = os.path.join(EPHEMERAL, f"{name}.stop"), os.path.join(EPHEMERAL, f"{name}-load.out")
+    if os.path.exists(stop):
+        os.remove(stop)
+    exe = shutil.which("modelfleet") or os.path.join(os.path.dirname(sys.executable), "modelfleet")
+    argv = [exe, "bench", "--url", f"http://127.0.0.1:{port}", "--model", served, "--request-rate", "2",
+            "--levels", "8", "--per-level", str(int(seconds * 2)), "--input-len", "16", "--output-len", "8",
+            "--warmup", "0", "--stop-file", stop, "--out", os.path.join(EPHEMERAL, f"{name}-load"),
+            "--name", name, "--json"]
+    return subprocess.Popen(argv, stdout=open(out, "w"), stderr=subprocess.STDOUT), stop, out
+
+
+def _end_load(proc, stop, out):
+    """Stop the load (the requests in flight finish); its one point: sent, completed, failed, errors."""
+    open(stop, "w").write("done\n")
+    proc.wait(180)
+    text = open(out).read()
+    found = re.search(r"\{.*\}", text, re.S)
+    assert found, text[-2000:]
+    (point,) = json.load(open(json.loads(found.group(0))["reports"]["json"]))["points"]
+    return point
+
+
+def test_kill_9_of_the_engine_under_load_recovers_by_itself_and_the_endpoint_counts_what_it_cost(host):
+    """Last, and on the canary only (the other hosts' NRestarts are checked above to be 0). Issue 25: under 2
+    requests a second through group llama's endpoint, kill -9 of fleet-1's vLLM: it leaves the endpoint at the
+    first refused connection (within the 10-s check interval), the requests it held are counted - at most those
+    it held at the kill (what had no answer started is sent again to fleet-2) - systemd restarts it, and it
+    joins again and takes requests."""
     if _name(host) != "fleet-1":
         return
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.endpoint import parse_stat
+
     assert _models(host) == ["tiny-llama"]
+    port, served, _replicas = ENDPOINTS["llama"]
     pid = host.run(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
     before = int(host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip())
-    host.run(f"kill -9 {pid}")
-    t = time.monotonic()
-    time.sleep(2)
-    deadline = time.monotonic() + 600
-    while time.monotonic() < deadline:
-        new = host.run(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
-        if new not in ("0", pid) and host.run(f"curl -fsS {_url(host)}/v1/models").rc == 0:
-            break
-        time.sleep(2)
-    print(f"healthy again {time.monotonic() - t:.0f} s after kill -9 of the engine (pid {pid})")
+    load = _start_load("kill", port, served, 400)
+    try:
+        deadline = time.monotonic() + 120  # the load reaches both replicas
+        while time.monotonic() < deadline and min(
+                v["total"] for v in parse_stat(host.run(_SHOW_STAT).stdout)["llama"].values()) < 3:
+            time.sleep(1)
+        out = host.run(_SHOW_STAT + f"\nkill -9 {pid}")  # its requests in flight, read just before the kill
+        t = time.monotonic()
+        held = parse_stat(out.stdout)["llama"]["fleet-1"]["current"]
+        while not _endpoint_states(host)["llama"]["fleet-1"].startswith("DOWN") and time.monotonic() - t < 60:
+            time.sleep(0.2)
+        left = time.monotonic() - t
+        assert _endpoint_states(host)["llama"]["fleet-1"].startswith("DOWN"), _endpoint_states(host)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            new = host.run(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+            if new not in ("0", pid) and host.run(f"curl -fsS {_url(host)}/v1/models").rc == 0:
+                break
+            time.sleep(2)
+        healthy = time.monotonic() - t
+        deadline = time.monotonic() + 120
+        while _endpoint_states(host)["llama"]["fleet-1"] != "UP" and time.monotonic() < deadline:
+            time.sleep(1)
+        back = time.monotonic() - t
+        taken = parse_stat(host.run(_SHOW_STAT).stdout)["llama"]["fleet-1"]["total"]
+        time.sleep(8)  # and it takes requests again
+        taken = parse_stat(host.run(_SHOW_STAT).stdout)["llama"]["fleet-1"]["total"] - taken
+    finally:
+        point = _end_load(*load)
+    print(f"kill -9 of fleet-1's engine under 2 req/s through endpoint llama: {point['sent']} requests sent, "
+          f"{point['failed']} failed ({held} held by fleet-1 at the kill); left the endpoint after {left:.1f} s, "
+          f"healthy again after {healthy:.0f} s, back in the endpoint after {back:.0f} s")
+    assert left < 10, left  # the check interval: the first refused connection took it out
+    assert point["failed"] <= held and point["completed"] + point["failed"] == point["sent"], point.get("errors")
+    assert taken > 0, "fleet-1 came back but took no request"
     after = int(host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip())
     assert after == before + 1
     assert _complete(host)["usage"]["completion_tokens"] == 5

@@ -202,8 +202,11 @@ def render(fronts: list, bind_address: str = "0.0.0.0", check_interval: float = 
             "    http-check expect status 200",
             # which replica answered (people and tests read it; the body is the replica's own)
             "    http-response set-header X-Modelfleet-Replica %s",
+            # a replica whose connection fails in live traffic (its process died) leaves at once, not at its
+            # next check: the request itself is tried again on another replica (retry-on above)
             f"    default-server check inter {ms(check_interval)} fastinter {ms(min(check_interval, 1))}"
-            f" downinter {ms(check_interval)} rise {rise} fall {fall}",
+            f" downinter {ms(check_interval)} rise {rise} fall {fall} observe layer4 error-limit 1"
+            " on-error mark-down",
         ]
         for b in fe.get("backends") or []:
             lines.append(f"    server {b['name']} {b['address']}:{b['port']}")
