@@ -91,7 +91,8 @@ scenarios=${MODELFLEET_SCENARIOS-$(ls molecule | grep -vxF -f <(printf '%s\n' $w
 # One scenario: its whole log goes to .cache/molecule-<s>.log; what it prints is written in one piece so
 # two lanes do not interleave inside a scenario's report.
 run_scenario() {
-  local s=$1 start report
+  local s=$1 start report figures="$root/.cache/molecule-$1-figures.txt"
+  rm -f "$figures"
   start=$(date +%s)
   printf -- '-- molecule test -s %s started (%d s since start)\n' "$s" "$(( start - t0 ))"
   # molecule wraps its output at the terminal's width (80 columns without one): wide enough for a test id
@@ -100,6 +101,8 @@ run_scenario() {
        >"$root/.cache/molecule-$s.log"; then
     report=$(grep -E "::.*(PASSED|FAILED|ERROR)" "$root/.cache/molecule-$s.log" \
              | sed -E 's/\x1b\[[0-9;]*m//g; s/^[^t]*tests/  tests/; s/[[:space:]]*\[?[[:space:]]*$//' || true)
+    # the figures its verifier measured (molecule/fleet: the endpoint under a switch and a kill, the watchdog)
+    [ -s "$figures" ] && report+=$'\n-- figures the verifier measured:\n'"$(sed 's/^/  /' "$figures")"
     printf '\n== molecule test -s %s ==\n%s\nscenario %s passed in %d s\n' "$s" "$report" "$s" "$(( $(date +%s) - start ))"
     echo "molecule $s $(( $(date +%s) - start ))" >>"$root/.cache/test-timings"
     return 0
@@ -107,6 +110,7 @@ run_scenario() {
   # what failed first (the verifier's test ids and pytest's E lines, the failed tasks), then the log's tail
   report=$( { sed -E 's/\x1b\[[0-9;]*m//g' "$root/.cache/molecule-$s.log" \
               | grep -E "::.*(FAILED|ERROR)|(│|^[0-9:]+) +E  |fatal: \[|FAILED! =>" | head -n 60
+            [ -s "$figures" ] && { echo "-- figures the verifier measured:"; sed 's/^/  /' "$figures"; }
             echo "-- the log's last 40 lines:"; tail -n 40 "$root/.cache/molecule-$s.log"; } || true)
   printf '\n== molecule test -s %s ==\n%s\nmolecule scenario %s failed after %d s (full log: .cache/molecule-%s.log)\n' \
     "$s" "$report" "$s" "$(( $(date +%s) - start ))" "$s"

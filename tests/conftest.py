@@ -24,6 +24,25 @@ def run_local_play(play: Path) -> subprocess.CompletedProcess:
                           cwd=ROOT, env=env)
 
 
+def ansible_module(name: str, args: dict, check=False, popen=False, extra_env: dict | None = None):
+    """One of the collection's modules run by `ansible localhost` (local connection, this Python, the project's
+    ansible.cfg, the JSON callback): (rc, the module's result, the whole output); with popen, the process."""
+    import json
+
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", HF_HUB_DISABLE_TELEMETRY="1", **(extra_env or {}))
+    env.pop("HF_TOKEN", None)
+    cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", f"modelfleet.fleet.{name}",
+           "-a", json.dumps(args),
+           "-e", f"ansible_python_interpreter={sys.executable}"] + (["--check"] if check else [])
+    if popen:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
+    res = json.loads(r.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return r.returncode, res, r.stdout + r.stderr
+
+
 def property_examples(n: int) -> int:
     """A property test's example count, scaled by MODELFLEET_PROPERTY_SCALE (scripts/mutation.sh runs each
     mutant with a fraction of them; every other run uses n)."""

@@ -56,11 +56,11 @@ msg: {description: What happened., returned: always, type: str}
 """
 
 import os
-import time
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.endpoint import server_states, set_state
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.poll import poll_until
 
 
 def main():
@@ -80,6 +80,10 @@ def main():
     if not os.path.exists(p["admin_socket"]):
         module.exit_json(msg=f"no endpoint runs here ({p['admin_socket']} is absent): nothing to do for {name}",
                          **result)
+
+    def replica():
+        return server_states(p["admin_socket"])[p["endpoint"]][p["replica"]]
+
     try:
         current = server_states(p["admin_socket"]).get(p["endpoint"], {}).get(p["replica"])
         if current is None:
@@ -96,20 +100,11 @@ def main():
         if p["state"] == "maint":
             # the requests the balancer already handed to it (some may not be in vLLM's gauges yet: still being
             # read or tokenized) are over only when the balancer's own count of them is 0
-            start = time.monotonic()
-            while result["after"].get("current") and time.monotonic() - start < p["wait_seconds"]:
-                time.sleep(0.2)
-                result["after"] = server_states(p["admin_socket"])[p["endpoint"]][p["replica"]]
-            result["waited_seconds"] = round(time.monotonic() - start, 1)
+            result["after"], result["waited_seconds"], _idle = poll_until(
+                replica, lambda s: not s.get("current"), p["wait_seconds"], 0.2)
         if p["state"] == "ready":
-            start = time.monotonic()
-            while True:
-                now = server_states(p["admin_socket"])[p["endpoint"]][p["replica"]]
-                result.update(after=now, waited_seconds=round(time.monotonic() - start, 1))
-                if now["status"] == "UP" or result["waited_seconds"] >= p["wait_seconds"]:
-                    break
-                time.sleep(0.5)
-            result["up"] = result["after"]["status"] == "UP"
+            result["after"], result["waited_seconds"], result["up"] = poll_until(
+                replica, lambda s: s["status"] == "UP", p["wait_seconds"], 0.5)
     except (OSError, ModelfleetError) as e:
         module.fail_json(msg=f"{name}: {e}", **result)
     module.exit_json(msg=f"{name}: {result['before']['status']} -> {result['after']['status']}", **result)

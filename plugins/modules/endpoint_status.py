@@ -48,11 +48,10 @@ states:
 waited_seconds: {description: How long it waited., returned: always, type: float}
 """
 
-import time
-
 from ansible.module_utils.basic import AnsibleModule
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.endpoint import not_up, server_states
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.poll import poll_until
 
 
 def main():
@@ -66,20 +65,19 @@ def main():
     )
     p = module.params
     expect = {fe["name"]: [b["name"] for b in fe.get("backends") or []] for fe in p["frontends"]}
-    start = time.monotonic()
-    while True:
+
+    def read():
         try:
             states = server_states(p["admin_socket"])
-            missing = not_up(states, expect)
+            return states, not_up(states, expect)
         except (OSError, ModelfleetError) as e:
-            states, missing = {}, [f"the balancer's admin socket {p['admin_socket']} does not answer ({e})"]
-        waited = round(time.monotonic() - start, 1)
-        if not missing:
-            module.exit_json(changed=False, states=states, waited_seconds=waited)
-        if waited >= p["wait_seconds"]:
-            module.fail_json(msg=f"after {waited:.0f} s the endpoint does not send requests to every replica it "
-                                 f"names: {'; '.join(missing)}", states=states, waited_seconds=waited)
-        time.sleep(1)
+            return {}, [f"the balancer's admin socket {p['admin_socket']} does not answer ({e})"]
+
+    (states, missing), waited, up = poll_until(read, lambda r: not r[1], p["wait_seconds"], 1)
+    if not up:
+        module.fail_json(msg=f"after {waited:.0f} s the endpoint does not send requests to every replica it "
+                             f"names: {'; '.join(missing)}", states=states, waited_seconds=waited)
+    module.exit_json(changed=False, states=states, waited_seconds=waited)
 
 
 if __name__ == "__main__":

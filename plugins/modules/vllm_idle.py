@@ -41,9 +41,8 @@ in_flight: {description: "Per URL, the requests held at the last look (null: not
 waited_seconds: {description: How long it waited., returned: always, type: float}
 """
 
-import time
-
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.poll import poll_until
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.readiness import in_flight
 
 
@@ -55,14 +54,9 @@ def main():
         },
         supports_check_mode=True,
     )
-    start = time.monotonic()
-    while True:
-        held = {u: in_flight(u) for u in module.params["urls"]}
-        waited = round(time.monotonic() - start, 1)
-        idle = all(not n for n in held.values())
-        if idle or waited >= module.params["timeout_seconds"]:
-            module.exit_json(changed=False, idle=idle, in_flight=held, waited_seconds=waited)
-        time.sleep(0.5)
+    held, waited, idle = poll_until(lambda: {u: in_flight(u) for u in module.params["urls"]},
+                                    lambda h: all(not n for n in h.values()), module.params["timeout_seconds"], 0.5)
+    module.exit_json(changed=False, idle=idle, in_flight=held, waited_seconds=waited)
 
 
 if __name__ == "__main__":

@@ -17,12 +17,15 @@ from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import
 out = sys.argv[1]
 stop = threading.Event()
 
-def load():  # about 800 TFLOP/s of bf16 products until stopped
+def load():  # about 800 TFLOP/s of bf16 products, and 1 GiB host-to-device copies over PCIe, until stopped
     a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
     b = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+    host = torch.empty(1 << 30, dtype=torch.uint8, pin_memory=True)
+    dev = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
     while not stop.is_set():
         for _ in range(20):
             a @ b
+        dev.copy_(host, non_blocking=True)
         torch.cuda.synchronize()
 
 nvml, smi = t.GpuSampler(), t.GpuSampler()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import sys
 
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
@@ -232,6 +233,27 @@ def cmd_bench(a) -> int:
                               ("e2el_p99_ms", a.slo_e2el_p99_ms)) if v is not None}
     if slo and not a.capacity:
         raise ModelfleetError("latency targets (--slo-*) are for a capacity search: add --capacity rate|concurrency")
+    replicas = [_replica_url(u) for u in a.replica]
+    if replicas and a.capacity:
+        raise ModelfleetError("--replica compares a sweep through the endpoint with the replicas alone; a capacity "
+                              "search (--capacity) runs against one URL: leave one of them out")
+    if len(set(replicas)) != len(replicas):
+        raise ModelfleetError(f"--replica names one replica twice: {', '.join(replicas)}")
+    alone = {}
+    for url in replicas:
+        if not a.json:
+            print(f"== {url} alone ==", flush=True)
+        alone[url] = bench_client.run_sweep(dict(cfg, base_url=url), levels=levels,
+                                            request_rate=a.request_rate or None, per_level=a.per_level,
+                                            min_prompts=a.min_prompts, progress=progress, repeat=a.repeat)
+    if replicas:
+        n = len(replicas)
+        # the endpoint at N times each point's load; its tokens counted by the replicas' own counters
+        cfg["metrics_urls"] = replicas
+        levels = [n * c for c in levels]
+        a.request_rate = n * a.request_rate if a.request_rate else a.request_rate
+        if not a.json:
+            print(f"== {a.url} (the endpoint, {n} replica(s)) ==", flush=True)
     if a.capacity:
         def probe_line(p, meets, why):
             if not a.json:
@@ -250,12 +272,19 @@ def cmd_bench(a) -> int:
     result["provenance"] = {"model_repo": a.model_repo or a.model, "revision": a.revision or "",
                             "endpoint": a.url, "benchmarked_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
     name = a.name or a.model
+    if replicas:
+        result["fleet_comparison"] = bench.fleet_comparison(result, alone)
+        for i, url in enumerate(replicas, 1):
+            alone[url]["provenance"] = dict(result["provenance"], endpoint=url)
+            report.write_reports(alone[url], Path(a.out), f"{name}--replica-{i}")
     paths = report.write_reports(result, Path(a.out), name)
     if a.json:
         print(json.dumps({"headline": result["headline"], "knee": result["knee"], "capacity": result.get("capacity"),
-                          "reports": paths}, indent=2))
+                          "fleet_comparison": result.get("fleet_comparison"), "reports": paths}, indent=2))
     else:
         print(result["capacity"]["text"] if a.capacity else bench.headline_text(result))
+        if replicas:
+            print(result["fleet_comparison"]["text"])
         print(f"report: {paths['html']}")
     if a.capacity:  # a probe that misses the targets is what the search looks for, not a failure
         return 0 if result["capacity"]["capacity"] is not None else 1
@@ -429,6 +458,12 @@ def cmd_status(a) -> int:
     return _report_run(a, res)
 
 
+def _replica_url(url: str) -> str:
+    if not re.match(r"^https?://[^/\s]+/?$", url or ""):
+        raise ModelfleetError(f"--replica {url!r}: give a replica's base URL, e.g. http://10.0.0.11:8000")
+    return url.rstrip("/")
+
+
 def cmd_fleet_bench(a) -> int:
     from modelfleet import runner
 
@@ -536,6 +571,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stop-file", default=None, metavar="PATH",
                    help="stop sending when PATH exists (the requests in flight finish): a load that lasts as long "
                         "as something else, e.g. a rolling switch through the fleet endpoint")
+    p.add_argument("--replica", action="append", default=[], metavar="URL",
+                   help="with --url a fleet endpoint: a replica behind it (repeat for each). Each is measured alone "
+                        "first, then the endpoint at N times each point's load, compared with their sum; the "
+                        "endpoint's tokens are reconciled with the replicas' counters")
     p.add_argument("--server-pid", type=int, default=0,
                    help="telemetry: the server's main PID on this host (its process tree's CPU is sampled)")
     p.add_argument("--capacity", choices=["rate", "concurrency"], default=None,

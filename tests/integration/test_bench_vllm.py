@@ -133,7 +133,7 @@ def test_another_client_breaks_reconciliation(vllm_server):
         deadline = time.monotonic() + 120
         running = 0
         while time.monotonic() < deadline and not noise["errors"] and noise["crash"] is None:
-            running = bench.server_snapshot(bench_client.scrape(cfg), "tiny-llama")["requests_running"] or 0
+            running = bench_client.snapshot(bench_client.scrape(cfg), "tiny-llama")["requests_running"] or 0
             if running >= 2:
                 break
             time.sleep(0.1)
@@ -225,8 +225,75 @@ def test_the_shared_prefix_workload_hits_the_servers_prefix_cache(vllm_server):
 
 
 def test_unreachable_server_is_a_clear_error():
-    with pytest.raises(bench.BenchError, match="cannot read http://127.0.0.1:9/metrics"):
+    with pytest.raises(bench.BenchError, match="cannot read /metrics of http://127.0.0.1:9 "):
         bench_client.run_point(_cfg("http://127.0.0.1:9", warmup=0), concurrency=1, num_prompts=1)
+
+
+def test_through_a_real_haproxy_endpoint_against_the_replica_alone(vllm_server, tmp_path):
+    """Issue 25: `modelfleet bench --url <endpoint> --replica <url>` measures the replica alone, then the endpoint
+    (the fleet endpoint's own HAProxy configuration in front of the real server) at N times the load, and compares;
+    the endpoint's tokens are reconciled with the replica's counter and its requests really went through HAProxy.
+    One replica here (two vLLM servers do not fit this harness's cores): the plumbing, not a scaling figure."""
+    import shutil
+    import urllib.parse
+
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import endpoint
+
+    haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
+    replica = urllib.parse.urlsplit(vllm_server.url)
+    with __import__("socket").socket() as s:
+        s.bind(("127.0.0.1", 0))
+        front = s.getsockname()[1]
+    sock, cfg = str(tmp_path / "admin.sock"), str(tmp_path / "haproxy.cfg")
+    fe = {"name": "tiny", "port": front, "served_name": "tiny-llama", "left_out": [],
+          "backends": [{"name": "r1", "address": replica.hostname, "port": replica.port}]}
+    # one check at the start, the next long after the sweeps: a check's token would count in a point's tokens
+    assert endpoint.install(cfg, endpoint.render([fe], bind_address="127.0.0.1", check_interval=600,
+                                                 check_timeout=60, user=None, admin_socket=sock), haproxy)[0]
+    proc = subprocess.Popen([haproxy, "-db", "-f", cfg], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (os.path.exists(sock) and endpoint.not_up(
+                endpoint.server_states(sock), {"tiny": ["r1"]}) == []):
+            time.sleep(0.5)
+        assert endpoint.not_up(endpoint.server_states(sock), {"tiny": ["r1"]}) == []
+        before = endpoint.server_states(sock)["tiny"]["r1"]["total"]
+        cmd = [sys.executable, "-m", "modelfleet.cli", "bench", "--url", f"http://127.0.0.1:{front}", "--replica",
+               vllm_server.url, "--model", "tiny-llama", "--input-len", "16", "--output-len", "12", "--vocab-size",
+               "386", "--levels", "1", "2", "--per-level", "2", "--min-prompts", "4", "--warmup", "1", "--name",
+               "fleet", "--out", str(tmp_path), "--json"]
+        r = subprocess.run(cmd, capture_output=True, text=True, timeout=600,
+                           preexec_fn=lambda: os.sched_setaffinity(0, client_cpus()))
+        through = endpoint.server_states(sock)["tiny"]["r1"]["total"] - before
+    finally:
+        proc.terminate()
+        proc.wait(10)
+    assert r.returncode in (0, 1), r.stderr
+    cmp = json.loads(r.stdout)["fleet_comparison"]
+    fleet = json.loads((tmp_path / "fleet.json").read_text())
+    alone = json.loads((tmp_path / "fleet--replica-1.json").read_text())
+    assert fleet["fleet_comparison"] == cmp and cmp["replicas"] == [vllm_server.url.rstrip("/")]
+    assert [(x["replica_concurrency"], x["endpoint_concurrency"]) for x in cmp["rows"]] == [(1, 1), (2, 2)]
+    for row, ep, own in zip(cmp["rows"], fleet["points"], alone["points"], strict=True):
+        assert row["sum_output_tok_s"] == own["output_throughput"] > 0
+        assert row["ratio"] == ep["output_throughput"] / own["output_throughput"]
+        # counted by the replica's own counter, read directly (not through the endpoint)
+        assert ep["server_generation_tokens"] is not None and ep["completed"] == ep["num_prompts"], ep
+        assert ep["reconcile_diff"] <= 0.02, ep
+    # every request of the endpoint's points (and their warm-ups) went through HAProxy to the replica
+    assert through >= sum(p["sent"] + 1 for p in fleet["points"]), (through, [p["sent"] for p in fleet["points"]])
+    assert alone["provenance"]["endpoint"] == vllm_server.url.rstrip("/")
+
+
+def test_bench_refuses_replicas_it_cannot_compare(tmp_path):
+    base = [sys.executable, "-m", "modelfleet.cli", "bench", "--url", "http://127.0.0.1:9", "--model", "m",
+            "--out", str(tmp_path)]
+    for extra, words in ((["--replica", "10.0.0.1:8000"], "give a replica's base URL"),
+                         (["--replica", "http://a:1", "--replica", "http://a:1/"], "names one replica twice"),
+                         (["--replica", "http://a:1", "--capacity", "rate", "--slo-ttft-p99-ms", "100"],
+                          "a capacity search (--capacity) runs against one URL")):
+        r = subprocess.run(base + extra, capture_output=True, text=True)
+        assert r.returncode == 2 and words in r.stderr and "Traceback" not in r.stderr, r.stderr
 
 
 def test_report_refuses_bad_input(tmp_path):

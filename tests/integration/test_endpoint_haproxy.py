@@ -20,6 +20,8 @@ import urllib.request
 import pytest
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import endpoint
 
+from tests.conftest import ansible_module
+
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
 
 
@@ -217,6 +219,64 @@ def test_a_replica_killed_while_it_holds_a_request_leaves_at_once_and_the_reques
                 p.wait(10)
         srv.shutdown()
         srv.server_close()
+
+
+def test_the_modules_drain_a_replica_and_wait_for_the_balancers_view(balancer):
+    """The module shells the roles call, run by Ansible against the real HAProxy: endpoint_server maint (then its
+    second call changes nothing), endpoint_status failing with the balancer's reason while a replica is out and
+    passing once both are UP, endpoint_server ready waiting until the replica is UP again, and vllm_idle's bounded
+    wait on a server that holds requests. The wait loop itself is tests/unit/test_poll.py."""
+    srv = _serve(balancer["later"])
+    sock = balancer["sock"]
+    args = {"endpoint": "tiny", "replica": "r2", "admin_socket": sock, "wait_seconds": 10}
+    both = [{"name": "tiny", "backends": [{"name": "r1"}, {"name": "r2"}]}]
+    try:
+        _wait(lambda: endpoint.not_up(endpoint.server_states(sock), {"tiny": ["r1", "r2"]}) == [])
+        rc, res, out = ansible_module("endpoint_server", dict(args, state="maint"))
+        assert rc == 0 and res["changed"] and res["after"]["status"].startswith("MAINT"), out
+        assert res["after"]["current"] == 0 and res["waited_seconds"] < 10
+        rc, res, out = ansible_module("endpoint_server", dict(args, state="maint"))
+        assert rc == 0 and not res["changed"] and "already MAINT" in res["msg"], out
+        rc, res, out = ansible_module("endpoint_status", {"admin_socket": sock, "frontends": both,
+                                                          "wait_seconds": 1})
+        assert rc != 0 and "does not send requests to every replica" in res["msg"] and "tiny/r2: MAINT" in \
+            res["msg"], out
+        rc, res, out = ansible_module("endpoint_server", dict(args, state="ready"))
+        assert rc == 0 and res["changed"] and res["up"] and res["after"]["status"] == "UP", out
+        rc, res, out = ansible_module("endpoint_status", {"admin_socket": sock, "frontends": both,
+                                                          "wait_seconds": 10})
+        assert rc == 0 and res["states"]["tiny"]["r2"]["status"] == "UP", out
+    finally:
+        srv.shutdown()
+        srv.server_close()
+    # a "server" whose gauges say it holds a request: vllm_idle waits its whole bound and says so
+    holding = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Busy)
+    threading.Thread(target=holding.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{holding.server_address[1]}"
+        rc, res, out = ansible_module("vllm_idle", {"urls": [url], "timeout_seconds": 1.5})
+        assert rc == 0 and res["idle"] is False and res["in_flight"] == {url: 3} and 1.5 <= res["waited_seconds"] < 5
+        _Busy.running = 0
+        rc, res, out = ansible_module("vllm_idle", {"urls": [url], "timeout_seconds": 30})
+        assert rc == 0 and res["idle"] is True and res["waited_seconds"] < 5, out
+    finally:
+        holding.shutdown()
+        holding.server_close()
+
+
+class _Busy(http.server.BaseHTTPRequestHandler):
+    running = 3
+
+    def do_GET(self):  # noqa: N802 - the stdlib's name
+        body = (f'vllm:num_requests_running{{model_name="tiny"}} {self.running}.0\n'
+                'vllm:num_requests_waiting{model_name="tiny"} 0.0\n').encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args):
+        pass
 
 
 def test_setting_a_replica_the_balancer_does_not_know_says_so(balancer):

@@ -15,24 +15,9 @@ import pytest
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import model_paths, verify_entry
 
 from modelfleet.harness.servers import hub_reset, hub_stats
-from tests.conftest import ROOT, TINY_REPO, run_local_play
+from tests.conftest import TINY_REPO, ansible_module, run_local_play
 
 TOKEN = "hf_dummyTOKEN_for_the_secrecy_test_4b1d"
-
-
-def ansible_module(name: str, args: dict, check=False, popen=False, extra_env: dict | None = None):
-    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="json",
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", HF_HUB_DISABLE_TELEMETRY="1", **(extra_env or {}))
-    env.pop("HF_TOKEN", None)
-    cmd = ["ansible", "localhost", "-c", "local", "-i", "localhost,", "-m", f"modelfleet.fleet.{name}",
-           "-a", json.dumps(args),
-           "-e", f"ansible_python_interpreter={sys.executable}"] + (["--check"] if check else [])
-    if popen:
-        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                start_new_session=True, text=True)
-    r = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
-    res = json.loads(r.stdout)["plays"][0]["tasks"][0]["hosts"]["localhost"]
-    return r.returncode, res, r.stdout + r.stderr
 
 
 def lock_for(hub, root, revision="v1"):

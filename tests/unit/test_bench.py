@@ -312,3 +312,59 @@ def test_the_shared_prefix_workload_starts_every_prompt_alike():
                               {"prefix_cache_queries_total": 500.0, "prefix_cache_hits_total": 250.0}) == {
         "prefix_cache_queries": 400.0, "prefix_cache_hits": 240.0, "prefix_cache_hit_rate": 0.6}
     assert bench.prefix_cache({}, {})["prefix_cache_hit_rate"] is None
+
+
+def test_replicas_snapshots_add_up_and_a_missing_counter_is_not_half_counted():
+    a = {"generation_tokens_total": 100.0, "requests_running": 2.0, "kv_cache_usage": 0.5, "kv_tokens_capacity": 1000,
+         "prefix_cache_hits_total": 4.0}
+    b = {"generation_tokens_total": 40.0, "requests_running": 1.0, "kv_cache_usage": 0.7, "kv_tokens_capacity": 1000,
+         "prefix_cache_hits_total": None}
+    both = bench.combine_snapshots([a, b])
+    assert both["generation_tokens_total"] == 140 and both["requests_running"] == 3
+    assert both["kv_tokens_capacity"] == 2000 and both["kv_cache_usage"] == 0.7  # the fullest replica
+    assert both["prefix_cache_hits_total"] is None  # one replica has no such counter: no partial sum
+    assert bench.combine_snapshots([a]) == a
+    with pytest.raises(BenchError, match="no server snapshot"):
+        bench.combine_snapshots([])
+    # reconciled against both replicas: the client's 140 tokens match; against one replica's counter they would not
+    assert bench.reconcile(140, {"generation_tokens_total": 0.0}, both)["reconciled"] is True
+    assert bench.reconcile(140, {"generation_tokens_total": 0.0}, a)["reconciled"] is False
+
+
+def _pt(c, tok_s, ttft=100.0, half=None, rate="inf", valid=True):
+    p = {"max_concurrency": c, "request_rate": rate, "output_throughput": tok_s, "p99_ttft_ms": ttft,
+         "failed": 0, "valid": valid}
+    if half is not None:
+        p["ci_output_throughput"] = {"half_width": half, "low": tok_s - half, "high": tok_s + half}
+    return p
+
+
+def test_the_endpoint_is_compared_point_by_point_with_the_sum_of_its_replicas_alone():
+    alone = {"http://b:8000": {"points": [_pt(1, 40.0, 90), _pt(2, 70.0, 120)]},
+             "http://a:8000": {"points": [_pt(1, 60.0, 80), _pt(2, 90.0, 110)]}}
+    endpoint = {"points": [_pt(2, 95.0, 130), _pt(4, 176.0, 150, valid=False)]}
+    cmp = bench.fleet_comparison(endpoint, alone)
+    assert cmp["replicas"] == ["http://a:8000", "http://b:8000"] and cmp["n"] == 2
+    first, second = cmp["rows"]
+    assert (first["replica_concurrency"], first["endpoint_concurrency"]) == (1, 2)
+    assert first["sum_output_tok_s"] == 100.0 and first["ratio"] == pytest.approx(0.95)
+    assert first["replicas_p99_ttft_ms_max"] == 90 and first["different"] is None  # no intervals: no claim
+    assert second["ratio"] == pytest.approx(176 / 160) and not second["valid"]
+    text = cmp["text"]
+    assert "C=2 (each replica alone at C=1): 95.0 out tok/s vs 100.0 summed (0.95x)" in text
+    assert "INVALID point" in text.splitlines()[2]
+
+
+def test_with_error_bars_only_intervals_that_do_not_overlap_are_called_different():
+    alone = {"r1": {"points": [_pt(1, 50.0, half=3.0)]}, "r2": {"points": [_pt(1, 50.0, half=4.0)]}}
+    close = bench.fleet_comparison({"points": [_pt(2, 97.0, half=2.0)]}, alone)["rows"][0]
+    assert close["different"] is False  # the sum's half-width is 5 (3 and 4 in quadrature)
+    far = bench.fleet_comparison({"points": [_pt(2, 80.0, half=2.0)]}, alone)
+    assert far["rows"][0]["different"] is True and "(0.80x, different)" in far["text"]
+
+
+def test_a_replica_without_every_point_is_refused():
+    with pytest.raises(BenchError, match="replica point 2 missing"):
+        bench.fleet_comparison({"points": [_pt(2, 1.0), _pt(4, 1.0)]}, {"r1": {"points": [_pt(1, 1.0)]}})
+    with pytest.raises(BenchError, match="no replica measured alone"):
+        bench.fleet_comparison({"points": [_pt(2, 1.0)]}, {})

@@ -3,6 +3,7 @@ real H200, and their summary per point."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -62,3 +63,23 @@ def test_a_malformed_smi_answer_is_named():
     assert t.parse_smi_sample("0, [N/A], 100, [Not Supported]\n")[0] == {
         "index": 0, "util_pct": None, "mem_used_bytes": 100 * 2**20, "power_w": None, "pcie_tx_bytes_s": None,
         "pcie_rx_bytes_s": None}
+
+
+def test_recorded_h200_samples_idle_and_under_a_matrix_product_loop():
+    """Real outputs (scripts/device/h200_telemetry.sh on the lent H200, 2026-12-05): nvidia-smi's query idle, then
+    once every ~0.5 s while bf16 8192^3 products and 1 GiB host-to-device copies ran; summarised as a point's."""
+    folder = FIXTURES / "nvidia-smi" / "h200-1gpu-telemetry"
+    (idle,) = t.parse_smi_sample((folder / "query-telemetry-idle.csv").read_text())
+    assert idle == {"index": 0, "util_pct": 0.0, "mem_used_bytes": 0, "power_w": 78.79, "pcie_tx_bytes_s": None,
+                    "pcie_rx_bytes_s": None}
+    lines = (folder / "query-telemetry-busy.csv").read_text().splitlines()
+    samples = [{"t": 0.5 * i, "gpus": t.parse_smi_sample(line)} for i, line in enumerate(lines)]
+    (gpu,) = t.summarise(samples)["gpus"]
+    assert len(samples) == 12 and gpu["util_pct_max"] == 100.0 and gpu["util_pct_mean"] == 99.5
+    assert gpu["mem_used_bytes_max"] == 2037 * 2**20 and 590 < gpu["power_w_mean"] < 610 < gpu["power_w_max"] + 3
+    assert gpu["pcie_rx_bytes_s_mean"] is None  # nvidia-smi's query has no PCIe throughput; NVML's reading does
+    # the same load read by NVML in the same run (the log): PCIe both ways, and memory 615 MiB above nvidia-smi's
+    log = (folder / "telemetry-run.log").read_text()
+    nvml = json.loads(log.split("nvml summary: ", 1)[1].splitlines()[0])["gpus"][0]
+    assert nvml["pcie_rx_bytes_s_mean"] > 10e9 and nvml["util_pct_mean"] > 99
+    assert nvml["mem_used_bytes_max"] - gpu["mem_used_bytes_max"] == 644_743_168

@@ -29,6 +29,16 @@ EPHEMERAL = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "")
 DEPLOY_RUNS = 9
 
 
+def _figure(text):
+    """A figure the verifier measured: printed, and kept in .cache/molecule-fleet-figures.txt, which
+    scripts/test.sh prints in the scenario's report (pytest shows a passed test's output nowhere)."""
+    print(text)
+    folder = os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), ".cache")
+    if os.path.isdir(folder):
+        with open(os.path.join(folder, "molecule-fleet-figures.txt"), "a") as f:
+            f.write(text + "\n")
+
+
 def _name(host):
     return host.backend.get_hostname()
 
@@ -311,7 +321,7 @@ def test_a_rolling_switch_under_load_through_the_endpoint_lost_no_request():
     reports = json.loads(re.search(r"\{.*\}", open(os.path.join(EPHEMERAL, "rolling-load.out")).read(),
                                    re.S).group(0))["reports"]
     (point,) = json.load(open(reports["json"]))["points"]
-    print(f"rolling switch of 2 replicas in {switch_s:.0f} s under load through the endpoint: {point['sent']} "
+    _figure(f"rolling switch of 2 replicas in {switch_s:.0f} s under load through the endpoint: {point['sent']} "
           f"requests sent, {point['completed']} completed, {point['failed']} failed")
     assert point["failed"] == 0 and point["completed"] == point["sent"], point.get("errors")
     assert point["sent"] >= switch_s * 2 * 0.7, (point["sent"], switch_s)  # the load lasted the whole switch
@@ -370,7 +380,7 @@ def test_runs_as_the_service_user_and_listens_on_loopback(host):
 def test_hardening_exposure(host):
     out = host.run(f"systemd-analyze security {_unit(host)}").stdout
     exposure = float(re.search(r"Overall exposure level for \S+: ([\d.]+)", out).group(1))
-    print(f"{_name(host)}: systemd-analyze security exposure of the live unit: {exposure}")
+    _figure(f"{_name(host)}: systemd-analyze security exposure of the live unit: {exposure}")
     assert exposure <= 4.0
 
 
@@ -588,7 +598,7 @@ def test_kill_9_of_the_engine_under_load_recovers_by_itself_and_the_endpoint_cou
         taken = parse_stat(host.run(_SHOW_STAT).stdout)["llama"]["fleet-1"]["total"] - taken
     finally:
         point = _end_load(*load)
-    print(f"kill -9 of fleet-1's engine under 2 req/s through endpoint llama: {point['sent']} requests sent, "
+    _figure(f"kill -9 of fleet-1's engine under 2 req/s through endpoint llama: {point['sent']} requests sent, "
           f"{point['failed']} failed ({held} held by fleet-1 at the kill); left the endpoint after {left:.1f} s, "
           f"healthy again after {healthy:.0f} s, back in the endpoint after {back:.0f} s")
     assert left < 10, left  # the check interval: the first refused connection took it out
@@ -650,7 +660,7 @@ def test_the_watchdog_restarts_an_engine_that_stopped_generating_while_health_an
         time.sleep(1)
     assert _endpoint_states(balancer)["llama"]["fleet-2"] == "UP", "fleet-2 did not join the endpoint again"
     assert _through_endpoint(balancer, "llama")[0]
-    print(f"engine stopped: left the endpoint after {left:.0f} s; watchdog restarted the unit after {noticed:.0f} s; "
+    _figure(f"engine stopped: left the endpoint after {left:.0f} s; watchdog restarted the unit after {noticed:.0f} s; "
           f"serving again and back in the endpoint after {time.monotonic() - t:.0f} s")
     journal = host.run("journalctl -u modelfleet-watchdog.service --no-pager -o cat").stdout
     assert f"{UNIT}: restarting: 2 real completions failed in a row" in journal and "timed out" in journal

@@ -194,6 +194,81 @@ def server_snapshot(text: str, model: str | None = None) -> dict:
     }
 
 
+# counters and gauges that add up across servers; the rest of a snapshot is the most any one of them shows
+_SUMMED = ("generation_tokens_total", "prompt_tokens_total", "requests_running", "requests_waiting",
+           "preemptions_total", "prefix_cache_queries_total", "prefix_cache_hits_total", "kv_tokens_capacity")
+
+
+def combine_snapshots(snaps: list) -> dict:
+    """Several servers' snapshots as one (the replicas behind a fleet endpoint): counters, request gauges and KV
+    capacity summed, KV usage the highest; a figure one server lacks is None, so a point is never reconciled
+    against part of the fleet."""
+    if not snaps:
+        raise BenchError("no server snapshot to combine")
+    if len(snaps) == 1:
+        return dict(snaps[0])
+    out = {}
+    for key in set().union(*snaps):
+        values = [s.get(key) for s in snaps]
+        if any(v is None for v in values):
+            out[key] = None
+        else:
+            out[key] = sum(values) if key in _SUMMED else max(values)
+    return out
+
+
+def fleet_comparison(endpoint: dict, alone: dict) -> dict:
+    """The fleet through its endpoint against the sum of its replicas measured alone, point by point: the
+    endpoint's point i carries N times the load of each replica's point i (N replicas; concurrency or request
+    rate), so a balancer that adds nothing and spreads evenly gives a ratio of 1. `alone` is {replica: result}.
+    With repeated runs the sum's interval is the root of the squared half-widths (independent runs), and the
+    endpoint is called different from the sum only when the intervals say so."""
+    names = sorted(alone)
+    if not names:
+        raise BenchError("no replica measured alone to compare the endpoint with")
+    n = len(names)
+    rows = []
+    for i, ep in enumerate(endpoint.get("points") or []):
+        per = [(alone[r].get("points") or [])[i] if i < len(alone[r].get("points") or []) else None for r in names]
+        if any(p is None for p in per):
+            raise BenchError(f"replica point {i + 1} missing: every replica is measured at every level")
+        total = sum(p["output_throughput"] for p in per)
+        halves = [(p.get("ci_output_throughput") or {}).get("half_width") for p in per]
+        sum_ci = ({"half_width": math.sqrt(sum(h * h for h in halves)), "low": None, "high": None}
+                  if all(h is not None for h in halves) else {"half_width": None})
+        if sum_ci["half_width"] is not None:
+            sum_ci.update(low=total - sum_ci["half_width"], high=total + sum_ci["half_width"])
+        rows.append({
+            "replica_concurrency": per[0].get("max_concurrency"), "replica_request_rate": per[0].get("request_rate"),
+            "endpoint_concurrency": ep.get("max_concurrency"), "endpoint_request_rate": ep.get("request_rate"),
+            "endpoint_output_tok_s": ep["output_throughput"],
+            "replicas_output_tok_s": {r: p["output_throughput"] for r, p in zip(names, per, strict=True)},
+            "sum_output_tok_s": total,
+            "ratio": ep["output_throughput"] / total if total else None,
+            "different": differ(ep.get("ci_output_throughput") or {}, sum_ci),
+            "endpoint_p99_ttft_ms": ep.get("p99_ttft_ms"),
+            "replicas_p99_ttft_ms_max": max((p.get("p99_ttft_ms") or 0) for p in per),
+            "endpoint_failed": ep.get("failed") or 0,
+            "valid": bool(ep.get("valid", True)) and all(p.get("valid", True) for p in per),
+        })
+    return {"replicas": names, "n": n, "rows": rows, "text": fleet_comparison_text(names, rows)}
+
+
+def fleet_comparison_text(names: list, rows: list) -> str:
+    lines = [f"through the endpoint vs the sum of {len(names)} replica(s) alone ({', '.join(names)}):"]
+    for r in rows:
+        load = (f"C={r['endpoint_concurrency']} (each replica alone at C={r['replica_concurrency']})"
+                if r["endpoint_concurrency"] else
+                f"{r['endpoint_request_rate']} req/s (each alone at {r['replica_request_rate']} req/s)")
+        ratio = "-" if r["ratio"] is None else f"{r['ratio']:.2f}x"
+        verdict = {True: ", different", False: ", not different", None: ""}[r["different"]]
+        lines.append(f"  {load}: {r['endpoint_output_tok_s']:.1f} out tok/s vs {r['sum_output_tok_s']:.1f} summed "
+                     f"({ratio}{verdict}); p99 TTFT {r['endpoint_p99_ttft_ms'] or 0:.1f} ms vs "
+                     f"{r['replicas_p99_ttft_ms_max']:.1f} ms at worst alone"
+                     + ("" if r["valid"] else "  INVALID point (see each result)"))
+    return "\n".join(lines)
+
+
 def prefix_cache(before: dict, after: dict) -> dict:
     """The server's prefix cache across a point: prompt tokens looked up and found (vLLM's counters), and the
     share found; None where the server exposes no such counter."""

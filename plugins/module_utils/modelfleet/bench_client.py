@@ -42,6 +42,9 @@ def default_config() -> dict:
         # a file whose appearance stops the sending (the requests in flight finish): a load that lasts as long
         # as something else does (a rolling switch through the fleet endpoint)
         "stop_file": None,
+        # the servers whose /metrics count a point's tokens: [] = base_url itself; through a fleet endpoint, its
+        # replicas (the endpoint answers /metrics from one replica at a time)
+        "metrics_urls": [],
     }
 
 
@@ -223,20 +226,37 @@ def _child(cfg, prompts, concurrency, rate, start_at, conn) -> None:
         conn.close()
 
 
-def scrape(cfg: dict) -> str:
-    with open_url(cfg["base_url"] + "/metrics", headers=_headers(cfg), timeout=10) as r:
-        return r.read().decode("utf-8", "replace")
+def _metrics_urls(cfg: dict) -> list:
+    return [u.rstrip("/") for u in cfg.get("metrics_urls") or []] or [cfg["base_url"]]
+
+
+def scrape(cfg: dict) -> list:
+    """One /metrics text per server that counts the point's tokens (see metrics_urls)."""
+    texts = []
+    for url in _metrics_urls(cfg):
+        with open_url(url + "/metrics", headers=_headers(cfg), timeout=10) as r:
+            texts.append(r.read().decode("utf-8", "replace"))
+    return texts
+
+
+def snapshot(texts: list, model: str | None) -> dict:
+    """The servers' counters and gauges as one (bench.combine_snapshots)."""
+    return bench.combine_snapshots([bench.server_snapshot(t, model) for t in texts])
 
 
 async def _sample_gauges(cfg: dict, stop: asyncio.Event, out: list) -> None:
     import aiohttp
 
+    urls = _metrics_urls(cfg)
     async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
         while not stop.is_set():
             try:
-                async with s.get(cfg["base_url"] + "/metrics", headers=_headers(cfg)) as r:
-                    # keep the raw text: parsing here would stall the event loop the lag check measures
-                    out.append(await r.text())
+                texts = []
+                for url in urls:
+                    async with s.get(url + "/metrics", headers=_headers(cfg)) as r:
+                        # keep the raw text: parsing here would stall the event loop the lag check measures
+                        texts.append(await r.text())
+                out.append(texts)
             except (TimeoutError, aiohttp.ClientError):
                 pass
             try:
@@ -354,10 +374,10 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
         w = make_prompts(cfg, cfg["warmup"], salt=-1)
         asyncio.run(_drive(cfg, w, min(cfg["warmup"], concurrency or cfg["warmup"]), None, 0.0))
     try:
-        before = bench.server_snapshot(scrape(cfg), cfg["model"])
+        before = snapshot(scrape(cfg), cfg["model"])
     except OSError as e:
-        raise bench.BenchError(f"cannot read {cfg['base_url']}/metrics ({e}); is the server up and the API key "
-                               "right?") from e
+        raise bench.BenchError(f"cannot read /metrics of {', '.join(_metrics_urls(cfg))} ({e}); is the server up "
+                               "and the API key right?") from e
     prompts = make_prompts(cfg, num_prompts, salt=concurrency or int(request_rate * 1000))
     samples: list = []
     start_at = time.perf_counter() + (0.3 if procs > 1 else 0.0)
@@ -366,8 +386,8 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
         parts = _run_parts(cfg, prompts, procs, concurrency, request_rate, num_prompts, start_at, samples, tele)
     finally:
         tele.__exit__()
-    after = bench.server_snapshot(scrape(cfg), cfg["model"])
-    samples = [bench.server_snapshot(text, cfg["model"]) for text in samples]
+    after = snapshot(scrape(cfg), cfg["model"])
+    samples = [snapshot(texts, cfg["model"]) for texts in samples]
     records = [r for part in parts for r in part["records"]]
     m = bench.point_metrics(records, goodput_ttft_ms=cfg.get("goodput_ttft_ms"),
                             goodput_tpot_ms=cfg.get("goodput_tpot_ms"))
