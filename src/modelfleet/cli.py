@@ -239,19 +239,19 @@ def cmd_bench(a) -> int:
                               "search (--capacity) runs against one URL: leave one of them out")
     if len(set(replicas)) != len(replicas):
         raise ModelfleetError(f"--replica names one replica twice: {', '.join(replicas)}")
-    alone = {}
+    alone, rate = {}, a.request_rate or None
     for url in replicas:
         if not a.json:
             print(f"== {url} alone ==", flush=True)
         alone[url] = bench_client.run_sweep(dict(cfg, base_url=url), levels=levels,
-                                            request_rate=a.request_rate or None, per_level=a.per_level,
+                                            request_rate=rate, per_level=a.per_level,
                                             min_prompts=a.min_prompts, progress=progress, repeat=a.repeat)
     if replicas:
         n = len(replicas)
         # the endpoint at N times each point's load; its tokens counted by the replicas' own counters
         cfg["metrics_urls"] = replicas
         levels = [n * c for c in levels]
-        a.request_rate = n * a.request_rate if a.request_rate else a.request_rate
+        rate = n * rate if rate else rate
         if not a.json:
             print(f"== {a.url} (the endpoint, {n} replica(s)) ==", flush=True)
     if a.capacity:
@@ -266,7 +266,7 @@ def cmd_bench(a) -> int:
             cfg, slo=slo, mode=a.capacity, start=a.start, maximum=a.maximum, repeat=a.repeat,
             probe_seconds=a.probe_seconds, per_level=a.per_level, min_prompts=a.min_prompts, progress=probe_line)
     else:
-        result = bench_client.run_sweep(cfg, levels=levels, request_rate=a.request_rate or None,
+        result = bench_client.run_sweep(cfg, levels=levels, request_rate=rate,
                                         per_level=a.per_level, min_prompts=a.min_prompts, progress=progress,
                                         repeat=a.repeat)
     result["provenance"] = {"model_repo": a.model_repo or a.model, "revision": a.revision or "",

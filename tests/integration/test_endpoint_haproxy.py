@@ -31,6 +31,14 @@ def _free_port():
         return s.getsockname()[1]
 
 
+def _answer(handler, status, body):
+    handler.send_response(status)
+    handler.send_header("Content-Type", "application/json")
+    handler.send_header("Content-Length", str(len(body)))
+    handler.end_headers()
+    handler.wfile.write(body)
+
+
 class _Replica(http.server.BaseHTTPRequestHandler):
     seen: list = []
     slow_prompt = "slow"  # a client request with this prompt takes 2 s (one held while its replica is drained)
@@ -41,12 +49,8 @@ class _Replica(http.server.BaseHTTPRequestHandler):
         if body.get("prompt") == self.slow_prompt:
             time.sleep(2)
         ok = body.get("model") == "tiny"
-        out = json.dumps({"object": "text_completion"} if ok else {"error": "no such model"}).encode()
-        self.send_response(200 if ok else 404)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(out)))
-        self.end_headers()
-        self.wfile.write(out)
+        _answer(self, 200 if ok else 404,
+                json.dumps({"object": "text_completion"} if ok else {"error": "no such model"}).encode())
 
     def log_message(self, *args):
         pass
@@ -155,6 +159,7 @@ def test_a_drained_replica_finishes_what_it_holds_takes_nothing_new_and_comes_ba
         srv.server_close()
 
 
+# the replica that is killed runs in a process of its own (the in-process ones above cannot be)
 _KILLABLE = """
 import http.server, json, sys, time
 class R(http.server.BaseHTTPRequestHandler):
@@ -268,12 +273,8 @@ class _Busy(http.server.BaseHTTPRequestHandler):
     running = 3
 
     def do_GET(self):  # noqa: N802 - the stdlib's name
-        body = (f'vllm:num_requests_running{{model_name="tiny"}} {self.running}.0\n'
-                'vllm:num_requests_waiting{model_name="tiny"} 0.0\n').encode()
-        self.send_response(200)
-        self.send_header("Content-Length", str(len(body)))
-        self.end_headers()
-        self.wfile.write(body)
+        _answer(self, 200, (f'vllm:num_requests_running{{model_name="tiny"}} {self.running}.0\n'
+                            'vllm:num_requests_waiting{model_name="tiny"} 0.0\n').encode())
 
     def log_message(self, *args):
         pass
