@@ -48,6 +48,15 @@ options:
     type: list
     elements: str
     default: []
+  served_aliases:
+    description:
+      - More names the server answers to, after the profile's C(served_model_name) (vllm_service_served_aliases),
+        such as a fleet endpoint's model name, which stays the same when its group switches to another model.
+      - Each is 1-63 letters, digits, '.', '_' or '-'; an alias equal to the profile's name or given twice is
+        served once.
+    type: list
+    elements: str
+    default: []
   extra_environment:
     description:
       - More variables for the server (vllm_service_environment). Names must match [A-Za-z_][A-Za-z0-9_]*,
@@ -77,6 +86,7 @@ RETURN = r"""
 argv: {description: The server command line., returned: success, type: list, elements: str}
 exec_start: {description: "argv quoted for systemd, one element per line in the unit.", returned: success, type: list, elements: str}
 unit: {description: The unit name., returned: success, type: str}
+served_names: {description: "The names the server answers to: the profile's first, then each alias.", returned: success, type: list, elements: str}
 unit_path: {description: Where the unit file is installed., returned: success, type: str}
 timeout_start_seconds: {description: TimeoutStartSec and the readiness budget., returned: success, type: int}
 command_line: {description: The command as one shell-readable line (shown in check/diff mode)., returned: success, type: str}
@@ -87,7 +97,9 @@ read_only_paths: {description: "The ReadOnlyPaths= value (the model folder, quot
 read_write_paths: {description: The ReadWritePaths= value (the cache folder)., returned: success, type: str}
 ip_address_allow: {description: IPAddressAllow= entries (loopback plus allowed_networks)., returned: success, type: list, elements: str}
 compile_cache_key:
-  description: What a compile cache made by this server is valid for (vLLM version and command line less the listener); null when vLLM is not installed yet.
+  description: >-
+    What a compile cache made by this server is valid for (vLLM version and command line less the listener and
+    the served names); null when vLLM is not installed yet.
   returned: success
   type: str
 compile_cache_dirs: {description: The cache folders that hold compiled code (what travels between hosts)., returned: success, type: list, elements: str}
@@ -105,6 +117,7 @@ from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_u
     environment_assignment,
     exec_lines,
     path_setting,
+    served_names,
     server_argv,
     start_timeout_seconds,
     unit_environment,
@@ -132,6 +145,7 @@ def main():
             "base_seconds": {"type": "int", "default": 180},
             "cache_dir": {"type": "str", "required": True},
             "extra_environment": {"type": "dict", "default": {}},
+            "served_aliases": {"type": "list", "elements": "str", "default": []},
             "allowed_networks": {"type": "list", "elements": "str", "default": []},
         },
         supports_check_mode=True,
@@ -140,7 +154,8 @@ def main():
     try:
         argv = server_argv(python=p["python"], model_dir=p["model_dir"], profile=p["profile"], plan=p["plan"],
                            host=p["host"], port=p["port"], revision=p["revision"], gpu_count=p["gpu_count"],
-                           api_key_set=p["api_key_set"])
+                           api_key_set=p["api_key_set"], aliases=p["served_aliases"])
+        names = served_names(p["profile"]["served_model_name"], p["served_aliases"])
         unit = unit_name(p["profile"]["served_model_name"])
         path = unit_path(p["profile"]["served_model_name"])
         timeout = start_timeout_seconds(p["model_bytes"], p["load_bytes_per_s"], p["base_seconds"])
@@ -154,7 +169,7 @@ def main():
         cache_key = compile_cache_key(argv, vllm_version(p["python"]))
     except (ModelfleetError, KeyError) as e:
         module.fail_json(msg=f"vllm_unit: {e}")
-    module.exit_json(changed=False, argv=argv, exec_start=exec_start, unit=unit, unit_path=path,
+    module.exit_json(changed=False, argv=argv, exec_start=exec_start, unit=unit, unit_path=path, served_names=names,
                      timeout_start_seconds=timeout, command_line=" ".join(shlex.quote(a) for a in argv),
                      cache_dir=env["HOME"], environment=env, environment_lines=env_lines,
                      read_only_paths=ro_paths, read_write_paths=rw_paths, ip_address_allow=ip_allow,

@@ -32,6 +32,7 @@ import re
 import yaml
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.disk import models_root_problem
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.vllm_unit import NAME as SERVED_NAME_RE
 
 
 class FleetError(ModelfleetError):
@@ -44,7 +45,7 @@ TOP_KEYS = {"plugin", "models_root", "connection", "vars", "groups", "rollout", 
             "compose", "keyed_groups", "conditional_groups", "strict", "cache", "profiles_dir", "cache_plugin",
             "cache_timeout", "cache_connection", "cache_prefix", "leading_separator", "use_extra_vars"}
 GROUP_KEYS = {"profile", "gpu", "models_root", "connection", "vars", "hosts", "endpoint"}
-ENDPOINT_KEYS = {"host", "port"}
+ENDPOINT_KEYS = {"host", "port", "model"}
 HOST_KEYS = {"address", "port", "user", "gpu", "models_root", "connection", "vars", "profile"}
 GPU_KEYS = {"kind", "count", "memory_gib", "interconnect"}
 INTERCONNECTS = {"pcie", "nvlink", "mixed", "single", "none"}
@@ -168,8 +169,11 @@ def _percentage(v) -> bool:
 
 
 def _endpoints(ctx, groups_in, hosts, groups):
-    """Each group's `endpoint`: the host that runs it gets {name: group, port, hosts} in modelfleet_endpoints and
-    joins the derived group `endpoints`; each replica gets {host, name} in modelfleet_endpoint."""
+    """Each group's `endpoint`: the host that runs it gets {name: group, port, model, hosts} in modelfleet_endpoints
+    and joins the derived group `endpoints`; each replica gets {host, name, model} in modelfleet_endpoint and
+    answers to the endpoint's model name besides its profile's own (vllm_service_served_aliases): the name the
+    endpoint's clients use and its checks ask for, by default the group's name, so it stays when the group
+    switches to another model."""
     used: dict = {}
     for g, gd in groups_in.items():
         if "endpoint" not in gd:
@@ -188,11 +192,19 @@ def _endpoints(ctx, groups_in, hosts, groups):
         serving = hosts[host].get("vllm_service_port")
         if serving == port:
             ctx.fail(p + ("port",), f"port {port} is the vLLM port of {host} (vllm_service_port); pick another")
+        model = ep.get("model", g)
+        if not (isinstance(model, str) and SERVED_NAME_RE.match(model)):
+            ctx.fail(p + ("model",), f"the endpoint's model name {model!r} (by default the group's name) must be "
+                                     "1-63 letters, digits, '.', '_' or '-': set endpoint.model to such a name")
         used[(host, port)] = g
         hosts[host].setdefault("modelfleet_endpoints", []).append(
-            {"name": g, "port": port, "hosts": list(groups[g]["hosts"])})
+            {"name": g, "port": port, "model": model, "hosts": list(groups[g]["hosts"])})
         for member in groups[g]["hosts"]:  # where a switch of this replica drains it first
-            hosts[member]["modelfleet_endpoint"] = {"host": host, "name": g}
+            hosts[member]["modelfleet_endpoint"] = {"host": host, "name": g, "model": model}
+            aliases = hosts[member].get("vllm_service_served_aliases") or []
+            if not isinstance(aliases, list):
+                ctx.fail(("groups", g, "hosts", member), "vllm_service_served_aliases must be a list of names")
+            hosts[member]["vllm_service_served_aliases"] = [*aliases, *([] if model in aliases else [model])]
         if host not in groups.setdefault("endpoints", {"hosts": [], "vars": {}})["hosts"]:
             groups["endpoints"]["hosts"].append(host)
 

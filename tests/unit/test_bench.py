@@ -96,6 +96,16 @@ def test_parse_prometheus_and_snapshot():
     assert bench.server_snapshot("", "tiny")["generation_tokens_total"] is None
 
 
+def test_a_server_asked_by_an_alias_is_read_by_its_one_model_label():
+    """vLLM labels its metrics with the first name it serves; a client of a fleet endpoint names the endpoint's
+    model (an alias). One server's one label is then its model's; among several, none is guessed."""
+    one = "\n".join(line for line in PROM.splitlines() if 'model_name="other"' not in line)
+    assert bench.server_snapshot(one, "llama")["generation_tokens_total"] == 1240.0
+    assert bench.server_snapshot(one, "llama")["requests_running"] == 8
+    assert bench.server_snapshot(PROM, "llama")["generation_tokens_total"] is None
+    assert bench.server_snapshot(PROM, "other")["generation_tokens_total"] == 999.0
+
+
 def test_reconcile_within_and_beyond_tolerance():
     b, a = {"generation_tokens_total": 100.0}, {"generation_tokens_total": 1100.0}
     assert bench.reconcile(1000, b, a)["reconciled"] is True

@@ -48,7 +48,8 @@ def test_frontends_name_the_deployed_replicas_and_say_why_others_are_left_out():
 def test_replicas_of_one_endpoint_must_serve_one_name_with_one_key():
     members = _members(**{"gpu-01": "http://10.0.0.11:8000", "gpu-02": "http://10.0.0.12:8000"})
     members["gpu-02"]["outcome"]["served_name"] = "minimax"
-    with pytest.raises(EndpointError, match=r"serve different names \(gpu-01: 'kimi-k2.5', gpu-02: 'minimax'\)"):
+    with pytest.raises(EndpointError, match=r"serve different names \(gpu-01: 'kimi-k2.5', gpu-02: 'minimax'\); give "
+                                            r"the endpoint a model name they all answer to"):
         endpoint.frontends([{"name": "llama", "port": 8080, "hosts": ["gpu-01", "gpu-02"]}], members)
     members["gpu-02"]["outcome"]["served_name"] = "kimi-k2.5"
     members["gpu-02"]["api_key"] = "other"
@@ -175,11 +176,45 @@ PROFILES = {p.stem for p in (ROOT / "profiles").glob("*.yml")}
 
 def test_the_fleet_file_puts_each_groups_endpoint_on_the_host_it_names():
     r = fleet.parse(FLEET, "f.fleet.yml", PROFILES)
-    assert r["hosts"]["b"]["modelfleet_endpoints"] == [{"name": "llama", "port": 8080, "hosts": ["a", "b"]},
-                                                       {"name": "other", "port": 8081, "hosts": ["c"]}]
+    assert r["hosts"]["b"]["modelfleet_endpoints"] == [
+        {"name": "llama", "port": 8080, "model": "llama", "hosts": ["a", "b"]},
+        {"name": "other", "port": 8081, "model": "other", "hosts": ["c"]}]
     assert "modelfleet_endpoints" not in r["hosts"]["a"] and r["groups"]["endpoints"]["hosts"] == ["b"]
-    assert r["hosts"]["a"]["modelfleet_endpoint"] == {"host": "b", "name": "llama"}
-    assert r["hosts"]["c"]["modelfleet_endpoint"] == {"host": "b", "name": "other"}
+    assert r["hosts"]["a"]["modelfleet_endpoint"] == {"host": "b", "name": "llama", "model": "llama"}
+    assert r["hosts"]["c"]["modelfleet_endpoint"] == {"host": "b", "name": "other", "model": "other"}
+    # each replica answers to its endpoint's model name besides its profile's own: the name stays when the
+    # group's profile changes
+    assert [r["hosts"][h]["vllm_service_served_aliases"] for h in "abc"] == [["llama"], ["llama"], ["other"]]
+
+
+def test_an_endpoints_model_name_is_given_to_every_replica_once_beside_the_names_they_have():
+    text = FLEET.replace("{host: b, port: 8080}", "{host: b, port: 8080, model: chat}").replace(
+        "a: {vars: {vllm_service_port: 8000}}", "a: {vars: {vllm_service_port: 8000, vllm_service_served_aliases: "
+                                                "[legacy, chat]}}")
+    r = fleet.parse(text, "f.fleet.yml", PROFILES)
+    assert r["hosts"]["b"]["modelfleet_endpoints"][0]["model"] == "chat"
+    assert r["hosts"]["a"]["vllm_service_served_aliases"] == ["legacy", "chat"]
+    assert r["hosts"]["b"]["vllm_service_served_aliases"] == ["chat"]
+    assert "vllm_service_served_aliases" not in fleet.parse(FLEET.replace("    endpoint: {host: b, port: 8081}\n", ""),
+                                                            "f.fleet.yml", PROFILES)["hosts"]["c"]
+
+
+def test_a_switch_of_model_keeps_the_endpoint_when_every_replica_answers_to_its_model_name():
+    members = _members(**{"gpu-01": "http://10.0.0.11:8000", "gpu-02": "http://10.0.0.12:8000"})
+    members["gpu-01"]["outcome"]["served_model_names"] = ["kimi-k2.5", "chat"]
+    members["gpu-02"]["outcome"].update(served_name="minimax", served_model_names=["minimax", "chat"])
+    (fe,) = endpoint.frontends([{"name": "g", "port": 8080, "model": "chat", "hosts": ["gpu-01", "gpu-02"]}], members)
+    assert fe["served_name"] == "chat" and [b["name"] for b in fe["backends"]] == ["gpu-01", "gpu-02"]
+    # a replica that does not answer to it (deployed without the fleet file's alias) is refused by name
+    members["gpu-02"]["outcome"]["served_model_names"] = ["minimax"]
+    with pytest.raises(EndpointError, match=r"replica gpu-02 does not answer to the endpoint's model name 'chat' "
+                                            r"\(it serves 'minimax'\)"):
+        endpoint.frontends([{"name": "g", "port": 8080, "model": "chat", "hosts": ["gpu-01", "gpu-02"]}], members)
+    # an outcome from before the names were kept: its one served name
+    del members["gpu-02"]["outcome"]["served_model_names"]
+    members["gpu-02"]["outcome"]["served_name"] = "chat"
+    assert endpoint.frontends([{"name": "g", "port": 8080, "model": "chat", "hosts": ["gpu-02"]}],
+                              members)[0]["backends"][0]["name"] == "gpu-02"
 
 
 @pytest.mark.parametrize(("old", "new", "words"), [
@@ -189,6 +224,9 @@ def test_the_fleet_file_puts_each_groups_endpoint_on_the_host_it_names():
     ("{host: b, port: 8081}", "{host: b, port: 8080}", r"port 8080 on b is already group llama's endpoint"),
     ("{host: b, port: 8080}", "{host: a, port: 8000}", r"port 8000 is the vLLM port of a"),
     ("{host: b, port: 8080}", "{host: b, port: 8080, tls: true}", r"unknown key 'tls' in group llama's endpoint"),
+    ("{host: b, port: 8080}", "{host: b, port: 8080, model: 'a b'}",
+     r"groups.llama.endpoint.model: the endpoint's model name 'a b' \(by default the group's name\) must be 1-63"),
+    ("  llama:", "  " + "l" * 64 + ":", r"model name '" + "l" * 64 + "' .* set endpoint.model to such a name"),
     ("  other:", "  endpoints:", r"group name endpoints clashes with the derived group"),
 ])
 def test_bad_endpoints_in_a_fleet_file_name_the_line_and_the_fix(old, new, words):

@@ -252,6 +252,19 @@ def test_cache_problems_name_each_cache():
         "TRITON_CACHE_DIR=/tmp/t is outside ReadWritePaths ['/var/lib/c']"]
 
 
+def test_the_server_answers_to_its_profiles_name_first_then_each_alias_once():
+    a = argv(LEAST, aliases=["llama", "tiny", "llama"])
+    i = a.index("--served-model-name")
+    assert a[i:i + 3] == ["--served-model-name", "tiny", "llama"] and a[i + 3] == "--host"
+    assert argv(LEAST)[i:i + 3] == ["--served-model-name", "tiny", "--host"]
+    assert vu.served_names("tiny", None) == ["tiny"]
+    for bad in ("", "-x", "a b", "x\nUser=root", "a" * 64, 3):
+        with pytest.raises(ServeError, match="served alias .* must be 1-63 letters"):
+            argv(LEAST, aliases=[bad])
+    with pytest.raises(ServeError, match="must be a list of names"):
+        argv(LEAST, aliases="llama")
+
+
 def test_compile_cache_key_is_the_server_less_its_listener():
     a = argv(FULL, gpu_count=8)
     key = vu.compile_cache_key(a, "0.32.0")
@@ -267,6 +280,15 @@ def test_compile_cache_key_is_the_server_less_its_listener():
     assert vu.compile_cache_key(argv(FULL, gpu_count=8, revision=other_rev), "0.32.0") != key
     assert vu.compile_cache_key(argv(LEAST), "0.32.0") != key
     assert vu.compile_cache_key(argv(FULL, plan={"tensor_parallel_size": 8}, gpu_count=8), "0.32.0") != key
+    # the names it answers to are not compiled: an alias (a fleet endpoint's name), or another profile name
+    aliased = argv(FULL, gpu_count=8, aliases=["fleet-kimi", "chat"])
+    assert aliased[aliased.index("--served-model-name"):][:4] == ["--served-model-name", "kimi", "fleet-kimi", "chat"]
+    assert vu.compile_cache_key(aliased, "0.32.0") == key
+    renamed = argv({**FULL, "served_model_name": "kimi-int4"}, gpu_count=8)
+    assert vu.compile_cache_key(renamed, "0.32.0") == key
+    # ... but the word after the names is: the names end at the next flag
+    assert vu.compile_cache_key(["/p", "--served-model-name", "a", "b", "--x", "1"], "1") != vu.compile_cache_key(
+        ["/p", "--served-model-name", "a", "b", "--x", "2"], "1")
     # every word after the interpreter counts, the first one too
     assert vu.compile_cache_key(["/p", "-m", "x"], "1") != vu.compile_cache_key(["/p", "-X", "x"], "1")
     # vLLM not installed yet (check mode on a fresh host): no key, nothing carried

@@ -2,8 +2,9 @@
 (the fast path), the fleet file (two-models.fleet.yml: fleet-1 and fleet-2 swap to tiny-llama, fleet-3 keeps
 tiny-llama-b; waves canary -> rest one host at a time), the same with the fast path off (every step, nothing
 changed), a wave that fails after the canary (broken-wave.fleet.yml: the waves after it never start), a
-service stopped by hand on fleet-3 and a re-run (fleet-1/2 skip, fleet-3 repaired), and a broken profile on
-the canary (rollout stopped, canary rolled back, the other hosts untouched)."""
+service stopped by hand on fleet-3 and a re-run (fleet-1/2 skip, fleet-3 repaired), group llama switched to
+tiny-llama-b under load through its endpoint (model-switch.fleet.yml), and a broken profile on the canary
+(rollout stopped, canary rolled back to tiny-llama-b, the other hosts untouched)."""
 
 import hashlib
 import json
@@ -18,15 +19,17 @@ import urllib.request
 import pytest
 
 PORTS = {"fleet-1": 18501, "fleet-2": 18502, "fleet-3": 18503}
-# what each host serves at the end: its fleet file group's profile (the canary's broken deploy rolled back)
-SERVES = {"fleet-1": "tiny-llama", "fleet-2": "tiny-llama", "fleet-3": "tiny-llama-b"}
-UNIT = "modelfleet-vllm@tiny-llama.service"
-OTHER = "modelfleet-vllm@tiny-llama-b.service"
+# what each host serves at the end: tiny-llama-b everywhere (model-switch.fleet.yml; the canary's broken deploy
+# rolled back), and the model name of its group's endpoint (the group's name), which every replica answers to
+SERVES = {"fleet-1": "tiny-llama-b", "fleet-2": "tiny-llama-b", "fleet-3": "tiny-llama-b"}
+ENDPOINT_MODEL = {"fleet-1": "llama", "fleet-2": "llama", "fleet-3": "llama_b"}
+LLAMA = "modelfleet-vllm@tiny-llama.service"
+LLAMA_B = "modelfleet-vllm@tiny-llama-b.service"
 EPHEMERAL = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "")
-# check, converge, idempotence, fleet file, its full re-run, the broken wave, drift re-run, newline (refused
-# after the preflight's inspection), broken: each run's preflight reads each profile's small files once on the
-# controller
-DEPLOY_RUNS = 9
+# check, converge, idempotence, fleet file, its full re-run, the broken wave, drift re-run, the model switch,
+# newline (refused after the preflight's inspection), broken: each run's preflight reads each profile's small
+# files once on the controller
+DEPLOY_RUNS = 10
 
 
 def _figure(text):
@@ -57,6 +60,11 @@ def _unit(host):
     return f"modelfleet-vllm@{_served(host)}.service"
 
 
+def _names(host):
+    """What the host's server lists in /v1/models: its profile's name first, then its endpoint's model name."""
+    return [_served(host), ENDPOINT_MODEL[_name(host)]]
+
+
 def _models(host, timeout=600):
     port = PORTS[_name(host)]
     t = time.monotonic()
@@ -77,9 +85,9 @@ def test_check_mode_on_the_fresh_fleet_changed_nothing(host):
 
 
 def test_every_host_serves_its_groups_model_after_the_fleet_file_and_the_failed_rollouts(host):
-    assert _models(host) == [_served(host)]
+    assert _models(host) == _names(host)
     assert host.service(_unit(host)).is_running
-    assert not host.service(OTHER if _served(host) == "tiny-llama" else UNIT).is_running
+    assert not host.service(LLAMA).is_running
 
 
 def test_no_unit_carries_the_broken_argument(host):
@@ -88,7 +96,8 @@ def test_no_unit_carries_the_broken_argument(host):
 
 
 def test_each_model_is_complete_on_the_hosts_that_served_it_and_nowhere_else(host):
-    # tiny-llama-b everywhere (the first deploy); tiny-llama only where the fleet file serves it
+    # tiny-llama-b everywhere (the first deploy); tiny-llama only where the fleet file served it (kept after the
+    # switch back: the fallback is not deleted)
     for repo, where in (("modelfleet-test--tiny-llama", ("fleet-1", "fleet-2")),
                         ("modelfleet-test--tiny-llama-b", tuple(PORTS))):
         out = host.run(f"ls -d /models/{repo}/*/.modelfleet/complete")
@@ -147,7 +156,7 @@ def test_the_rollout_stopped_at_the_canary():
     # run, its gate would have failed every other host with this message before touching it
     assert "PLAY [Distribute" not in out or "rollout stopped: the canary wave (fleet-1) did not pass" in out
     # the failure names the wave (a plain inventory: the canary group, then the rest)
-    assert "rollout stopped in wave canary (wave 1 of 2, batch 1 of 1): fleet-1 (tiny-llama-b) failed" in out
+    assert "rollout stopped in wave canary (wave 1 of 2, batch 1 of 1): fleet-1 (tiny-llama) failed" in out
     recap = {line.split()[0]: line for line in raw.splitlines() if line.startswith("fleet-")}
     for h in ("fleet-2", "fleet-3"):
         assert h not in recap or "changed=0" in recap[h], recap[h]
@@ -157,8 +166,8 @@ def test_the_rollout_stopped_at_the_canary():
 def test_other_hosts_untouched_by_the_broken_deploy(host):
     if _name(host) == "fleet-1":
         return
-    # their tiny-llama-b unit file is still the one from the first deploy, the server never restarted
-    assert host.file(f"/etc/systemd/system/{OTHER}").exists
+    # their tiny-llama-b server never restarted
+    assert host.file(f"/etc/systemd/system/{LLAMA_B}").exists
     restarts = host.run(f"systemctl show -p NRestarts --value {_unit(host)}").stdout.strip()
     assert restarts == "0"
 
@@ -189,7 +198,7 @@ def test_hub_sent_one_copy_per_model_for_three_hosts(host):
 def test_benchmark_reports_written(host):
     out = host.run("ls /var/lib/modelfleet/bench/done/")
     assert "tiny-llama-b@" in out.stdout
-    assert ("tiny-llama@" in out.stdout) == (_served(host) == "tiny-llama"), out.stdout
+    assert ("tiny-llama@" in out.stdout) == (ENDPOINT_MODEL[_name(host)] == "llama"), out.stdout
 
 
 def _recap(raw):
@@ -305,23 +314,30 @@ def test_drift_rerun_skipped_the_current_hosts_and_repaired_fleet_3():
     assert "failed=0" in recap["fleet-3"] and "changed=0" not in recap["fleet-3"], recap["fleet-3"]
 
 
-def test_a_rolling_switch_under_load_through_the_endpoint_lost_no_request():
-    """Issue 25: both replicas of group llama switched (a changed unit environment), one at a time, each drained from
-    the endpoint first and put back after ready, under 2 requests a second through the endpoint: none failed."""
+def test_a_rolling_switch_to_another_model_under_load_through_the_endpoint_lost_no_request():
+    """Issue 25: both replicas of group llama switched from tiny-llama to tiny-llama-b (model-switch.fleet.yml), one
+    at a time, each drained from the endpoint first and put back after ready, under 2 requests a second through
+    the endpoint that name its model (llama): none failed. The endpoint's configuration stayed as it was (its
+    checks ask for llama, which both models answer to); fleet-3's group was left alone."""
     raw = _plain(open(os.path.join(EPHEMERAL, "rolling.out")).read())
     out = " ".join(raw.split())
     recap = _recap(raw)
     for h in ("fleet-1", "fleet-2"):
         assert "failed=0" in recap[h] and "changed=0" not in recap[h], recap[h]
+        assert _said(out, h, "full path:"), h
         said = _said(out, h, "drained from endpoint llama on fleet-1: idle after")
         assert said and "back in the endpoint after" in said[0], (h, said)
-    assert "endpoint not changed" in out  # the run was narrowed to one profile: the endpoint stays as it is
+    assert _said(out, "fleet-3", "up to date: tiny-llama-b at") and "failed=0" in recap["fleet-3"], recap["fleet-3"]
+    assert "endpoint not changed" not in out  # every replica served: the endpoint role ran ...
+    assert re.search(r"TASK \[modelfleet\.fleet\.fleet_endpoint : Write the configuration[^\]]*\] [*]* ok: "
+                     r"\[fleet-1\]", out), "the endpoint's configuration changed"  # ... and found nothing to change
     hours, minutes, seconds = re.findall(r"seconds (\d+):(\d+):([\d.]+)", raw)[-1]  # the command's delta
     switch_s = 3600 * int(hours) + 60 * int(minutes) + float(seconds)
     reports = json.loads(re.search(r"\{.*\}", open(os.path.join(EPHEMERAL, "rolling-load.out")).read(),
                                    re.S).group(0))["reports"]
     (point,) = json.load(open(reports["json"]))["points"]
-    _figure(f"rolling switch of 2 replicas in {switch_s:.0f} s under load through the endpoint: {point['sent']} "
+    _figure(f"rolling switch of 2 replicas to another model in {switch_s:.0f} s under load through the endpoint: "
+            f"{point['sent']} "
           f"requests sent, {point['completed']} completed, {point['failed']} failed")
     assert point["failed"] == 0 and point["completed"] == point["sent"], point.get("errors")
     assert point["sent"] >= switch_s * 2 * 0.7, (point["sent"], switch_s)  # the load lasted the whole switch
@@ -367,7 +383,7 @@ def _complete(host):
 
 
 def test_runs_as_the_service_user_and_listens_on_loopback(host):
-    assert _models(host) == [_served(host)]
+    assert _models(host) == _names(host)
     pid = host.run(f"systemctl show -p MainPID --value {_unit(host)}").stdout.strip()
     assert host.process.get(pid=int(pid)).user == "modelfleet-vllm"
     assert host.socket(f"tcp://127.0.0.1:{PORTS[_name(host)]}").is_listening
@@ -413,7 +429,7 @@ def test_the_next_waves_started_with_the_canarys_compile_caches(host):
 
 
 def test_real_completion(host):
-    assert _models(host) == [_served(host)]
+    assert _models(host) == _names(host)
     r = _complete(host)
     assert r["usage"]["completion_tokens"] == 5 and r["choices"][0]["text"]
 
@@ -452,19 +468,21 @@ def test_benchmark_role_wrote_results_and_reports(host):
 
 
 def test_swap_stopped_the_first_model_before_starting_the_second(host):
-    """The MiniMax -> Kimi shape: tiny-llama-b was stopped before tiny-llama started on the same port. On
-    fleet-2, whose tiny-llama unit started exactly once (fleet-1 rolled back and is killed below; fleet-3
-    serves tiny-llama-b)."""
+    """The MiniMax -> Kimi shape, both ways on fleet-2 (fleet-1 rolled back and is killed below; fleet-3 never
+    swapped): tiny-llama-b was stopped before tiny-llama started on the same port (the fleet file), and tiny-llama
+    was stopped before tiny-llama-b started again (the model switch)."""
     if _name(host) != "fleet-2":
         return
 
     def mono(unit, prop):
         return int(host.run(f"systemctl show -p {prop} --value {unit}").stdout.strip() or 0)
 
-    stopped = mono(OTHER, "InactiveEnterTimestampMonotonic")
-    started = mono(UNIT, "ExecMainStartTimestampMonotonic")
-    assert 0 < stopped <= started, (stopped, started)
-    assert not host.service(OTHER).is_running
+    b_stopped = mono(LLAMA_B, "InactiveEnterTimestampMonotonic")
+    a_started = mono(LLAMA, "ExecMainStartTimestampMonotonic")
+    a_stopped = mono(LLAMA, "InactiveEnterTimestampMonotonic")
+    b_started = mono(LLAMA_B, "ExecMainStartTimestampMonotonic")
+    assert 0 < b_stopped <= a_started < a_stopped <= b_started, (b_stopped, a_started, a_stopped, b_started)
+    assert not host.service(LLAMA).is_running and host.service(LLAMA_B).is_running
 
 
 def test_the_canary_rollback_says_why_and_serves_again(host):
@@ -474,12 +492,13 @@ def test_the_canary_rollback_says_why_and_serves_again(host):
     assert "no-such-vllm-flag" in raw or "unrecognized arguments" in raw  # the journal says why
     # judged at its first exit, not after Restart= had repeated it up to the start limit
     assert "the server exited before it was ready" in raw and "allowed before ready: 0" in raw
-    assert "--no-such-vllm-flag" not in host.file(f"/etc/systemd/system/{UNIT}").content_string
-    assert _models(host) == ["tiny-llama"] and host.service(UNIT).is_running
+    assert "--no-such-vllm-flag" not in host.file(f"/etc/systemd/system/{LLAMA}").content_string
+    # the swap rolled back: the model it served before, under both its names
+    assert _models(host) == _names(host) and host.service(_unit(host)).is_running
 
 
-# the fleet file's endpoints (issue 25), both on fleet-1: port, served name, the replicas
-ENDPOINTS = {"llama": (18600, "tiny-llama", {"fleet-1", "fleet-2"}), "llama_b": (18601, "tiny-llama-b", {"fleet-3"})}
+# the fleet file's endpoints (issue 25), both on fleet-1: port, the model name its clients use, the replicas
+ENDPOINTS = {"llama": (18600, "llama", {"fleet-1", "fleet-2"}), "llama_b": (18601, "llama_b", {"fleet-3"})}
 _SHOW_STAT = """python3 - <<'EOF'
 import socket, sys
 s = socket.socket(socket.AF_UNIX)
@@ -566,10 +585,11 @@ def test_kill_9_of_the_engine_under_load_recovers_by_itself_and_the_endpoint_cou
         return
     from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.endpoint import parse_stat
 
-    assert _models(host) == ["tiny-llama"]
+    assert _models(host) == _names(host)
+    unit = _unit(host)
     port, served, _replicas = ENDPOINTS["llama"]
-    pid = host.run(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
-    before = int(host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip())
+    pid = host.run(f"systemctl show -p MainPID --value {unit}").stdout.strip()
+    before = int(host.run(f"systemctl show -p NRestarts --value {unit}").stdout.strip())
     load = _start_load("kill", port, served, 400)
     try:
         deadline = time.monotonic() + 120  # the load reaches both replicas
@@ -588,7 +608,7 @@ def test_kill_9_of_the_engine_under_load_recovers_by_itself_and_the_endpoint_cou
         point = _end_load(*load)
     deadline = time.monotonic() + 600
     while time.monotonic() < deadline:
-        new = host.run(f"systemctl show -p MainPID --value {UNIT}").stdout.strip()
+        new = host.run(f"systemctl show -p MainPID --value {unit}").stdout.strip()
         if new not in ("0", pid) and host.run(f"curl -fsS {_url(host)}/v1/models").rc == 0:
             break
         time.sleep(2)
@@ -604,7 +624,7 @@ def test_kill_9_of_the_engine_under_load_recovers_by_itself_and_the_endpoint_cou
     assert down.startswith("DOWN") and left < 10, (down, left)  # the first refused connection took it out
     assert point["failed"] <= held and point["completed"] + point["failed"] == point["sent"], point.get("errors")
     assert all(ok for ok, _r in answers) and "fleet-1" in {r for _ok, r in answers}, answers  # it takes requests
-    after = int(host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip())
+    after = int(host.run(f"systemctl show -p NRestarts --value {unit}").stdout.strip())
     assert after == before + 1
     assert _complete(host)["usage"]["completion_tokens"] == 5
 
@@ -622,9 +642,10 @@ def test_the_watchdog_restarts_an_engine_that_stopped_generating_while_health_an
     the unit, and the unit serves again."""
     if _name(host) != "fleet-2":
         return
+    unit = _unit(host)
     assert _complete(host)["usage"]["completion_tokens"] == 5
-    invocation = host.run(f"systemctl show -p InvocationID --value {UNIT}").stdout.strip()
-    restarts = host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip()
+    invocation = host.run(f"systemctl show -p InvocationID --value {unit}").stdout.strip()
+    restarts = host.run(f"systemctl show -p NRestarts --value {unit}").stdout.strip()
     engine = host.run("pgrep -f '^VLLM::EngineCore'").stdout.split()
     assert len(engine) == 1, engine
     host.run(f"kill -STOP {engine[0]}")
@@ -646,7 +667,7 @@ def test_the_watchdog_restarts_an_engine_that_stopped_generating_while_health_an
     assert answers == [(True, "fleet-1")] * 4, answers
     deadline = time.monotonic() + 300  # up to 10 + 30 + 10 + 30 s to notice, then the stop
     while time.monotonic() < deadline:
-        now = host.run(f"systemctl show -p InvocationID --value {UNIT}").stdout.strip()
+        now = host.run(f"systemctl show -p InvocationID --value {unit}").stdout.strip()
         if now and now != invocation:
             break
         time.sleep(2)
@@ -663,8 +684,8 @@ def test_the_watchdog_restarts_an_engine_that_stopped_generating_while_health_an
     _figure(f"engine stopped: left the endpoint after {left:.0f} s; watchdog restarted the unit after {noticed:.0f} s; "
           f"serving again and back in the endpoint after {time.monotonic() - t:.0f} s")
     journal = host.run("journalctl -u modelfleet-watchdog.service --no-pager -o cat").stdout
-    assert f"{UNIT}: restarting: 2 real completions failed in a row" in journal and "timed out" in journal
-    state = json.loads(host.file(f"/var/lib/modelfleet-watchdog/{UNIT}.json").content_string)
+    assert f"{unit}: restarting: 2 real completions failed in a row" in journal and "timed out" in journal
+    state = json.loads(host.file(f"/var/lib/modelfleet-watchdog/{unit}.json").content_string)
     assert "timed out" in state["last_restart"]["reason"]
-    assert host.run(f"systemctl show -p NRestarts --value {UNIT}").stdout.strip() == restarts  # not Restart='s doing
+    assert host.run(f"systemctl show -p NRestarts --value {unit}").stdout.strip() == restarts  # not Restart='s doing
     assert host.run(f"test -d /proc/{engine[0]}").rc != 0  # the stopped engine is gone with the old unit

@@ -167,9 +167,21 @@ def metric_sum(samples: list[tuple[str, dict, float]], name: str, model: str | N
     return sum(vals) if vals else None
 
 
+def _metrics_model(samples: list, model: str | None) -> str | None:
+    """The model_name label to read for a request's model name. vLLM labels every metric with the first of the
+    names it serves, so a client that uses another (an alias: a fleet endpoint's model name) finds none of its
+    own; one server serves one model, so its one label is that model's. Several labels and none of them the
+    name: the name stays, and nothing is read (a point is never reconciled against another model)."""
+    if model is None:
+        return None
+    labels = {lab["model_name"] for n, lab, _dummy in samples if n.startswith("vllm:") and "model_name" in lab}
+    return model if model in labels or len(labels) != 1 else labels.pop()
+
+
 def server_snapshot(text: str, model: str | None = None) -> dict:
     """The counters and gauges the truth checks and the knee need, from one /metrics scrape."""
     s = parse_prometheus(text)
+    model = _metrics_model(s, model)
     kv = metric_sum(s, "vllm:kv_cache_usage_perc", model)
     if kv is None:
         kv = metric_sum(s, "vllm:gpu_cache_usage_perc", model)

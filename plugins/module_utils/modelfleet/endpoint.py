@@ -73,17 +73,21 @@ def _split_url(url: str, who: str) -> tuple[str, int]:
 def frontends(endpoints: list, members: dict) -> list[dict]:
     """The endpoints this host runs, each with the replicas it names.
 
-    endpoints: [{name, port, hosts: [host, ...]}] (the fleet file's `endpoint` of each group, as the inventory
-    gives it to the endpoint host); members: {host: {"outcome": its deploy outcome this run or None,
+    endpoints: [{name, port, model, hosts: [host, ...]}] (the fleet file's `endpoint` of each group, as the
+    inventory gives it to the endpoint host); members: {host: {"outcome": its deploy outcome this run or None,
     "api_key": its server's key or ""}}. A host without an outcome or a URL (not deployed in this run: failed,
-    rolled back, stopped before its wave, or check mode) is left out, with the reason in `left_out`. The
-    replicas of one endpoint must serve the same name with the same key (one request must be right for each)."""
+    rolled back, stopped before its wave, or check mode) is left out, with the reason in `left_out`. Every
+    replica must answer to the endpoint's model name (its outcome's served_model_names) with the same key: one
+    request must be right for each; without a model name, they must serve one name."""
     out = []
     for ep in endpoints or []:
         name = ep.get("name")
         if not isinstance(name, str) or not NAME_RE.match(name):
             raise EndpointError(f"endpoint name {name!r}: letters, digits, '_', '.', '-' (at most 64)")
         port = _port(ep.get("port"), f"endpoint {name}")
+        # the name its clients use and its checks ask for; every replica answers to it, whatever model it serves
+        # (mid-switch, some the old and some the new one). Without one, the replicas must serve one name.
+        model = ep.get("model") or ""
         backends, left_out, served, keys = [], [], {}, {}
         for host in ep.get("hosts") or []:
             info = members.get(host) or {}
@@ -94,16 +98,23 @@ def frontends(endpoints: list, members: dict) -> list[dict]:
                 continue
             address, bport = _split_url(outcome["url"], f"endpoint {name}, replica {host}")
             served[host] = outcome.get("served_name") or ""
+            names = outcome.get("served_model_names") or [served[host]]
+            if model and model not in names:
+                raise EndpointError(f"endpoint {name}: replica {host} does not answer to the endpoint's model name "
+                                    f"{model!r} (it serves {', '.join(repr(n) for n in names)}); deploy it from the "
+                                    "fleet file that declares the endpoint, which gives it that name "
+                                    "(vllm_service_served_aliases)")
             keys[host] = info.get("api_key") or ""
             backends.append({"name": host, "address": address, "port": bport})
-        if len(set(served.values())) > 1:
+        if not model and len(set(served.values())) > 1:
             raise EndpointError(f"endpoint {name}: its replicas serve different names ("
                                 + ", ".join(f"{h}: {s!r}" for h, s in sorted(served.items()))
-                                + "); one endpoint is one model - give each model its own group and endpoint")
+                                + "); give the endpoint a model name they all answer to (a fleet file's "
+                                "endpoint.model, by default its group's name), or each model its own endpoint")
         if len(set(keys.values())) > 1:
             raise EndpointError(f"endpoint {name}: its replicas have different API keys ("
                                 + ", ".join(sorted(keys)) + "); set one vllm_service_api_key for the group")
-        out.append({"name": name, "port": port, "served_name": next(iter(served.values()), ""),
+        out.append({"name": name, "port": port, "served_name": model or next(iter(served.values()), ""),
                     "api_key": next(iter(keys.values()), ""), "backends": backends, "left_out": left_out})
     return out
 

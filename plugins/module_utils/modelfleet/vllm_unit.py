@@ -59,9 +59,31 @@ def unit_path(served_name: str) -> str:
     return f"{UNIT_DIR}/{unit_name(served_name)}"
 
 
+def served_names(primary: str, aliases) -> list[str]:
+    """The names the server answers to: the profile's own first (vLLM labels its metrics and its responses with
+    the first), then each alias once - the name a fleet endpoint's clients use, which stays when the group
+    switches to another model (docs/endpoint.md). An alias equal to the profile's name adds nothing."""
+    if not NAME.match(primary or ""):
+        raise ServeError(f"served model name {primary!r} must be 1-63 letters, digits, '.', '_' or '-'")
+    if aliases is None:
+        aliases = []
+    if not isinstance(aliases, list | tuple):
+        raise ServeError(f"vllm_service_served_aliases must be a list of names, got {aliases!r}")
+    names = [primary]
+    for a in aliases:
+        if not isinstance(a, str) or not NAME.match(a):
+            raise ServeError(f"served alias {a!r} (vllm_service_served_aliases) must be 1-63 letters, digits, "
+                             "'.', '_' or '-', starting with a letter or digit")
+        if a not in names:
+            names.append(a)
+    return names
+
+
 def server_argv(*, python: str, model_dir: str, profile: dict, plan: dict | None, host: str, port: int,
-                revision: str | None, gpu_count: int | None = None, api_key_set: bool = False) -> list[str]:
+                revision: str | None, gpu_count: int | None = None, api_key_set: bool = False,
+                aliases: list | None = None) -> list[str]:
     v = profile.get("vllm", {})
+    names = served_names(profile["served_model_name"], aliases)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ServeError(f"port {port!r} is not a TCP port (1-65535)")
     if not is_loopback(host) and not api_key_set:
@@ -75,7 +97,7 @@ def server_argv(*, python: str, model_dir: str, profile: dict, plan: dict | None
     ep = (plan or {}).get("expert_parallel", v.get("expert_parallel") is True)
     argv = [python, "-m", "vllm.entrypoints.openai.api_server",
             "--model", model_dir,
-            "--served-model-name", profile["served_model_name"],
+            "--served-model-name", *names,
             "--host", host,
             "--port", str(port),
             "--tensor-parallel-size", str(tp),
@@ -143,24 +165,34 @@ COMPILE_CACHE_DIRS: tuple[str, ...] = ("vllm", "torchinductor", "triton", "torch
                                        "flashinfer", "deep-gemm")
 # Flags that name where a server listens: they do not change what is compiled, so they are not in the key.
 LISTENER_FLAGS = ("--host", "--port")
+# Nor do the names it answers to (one or more words after the flag): an alias added for a fleet endpoint keeps
+# the cache of the same server without it.
+NAME_FLAGS = ("--served-model-name",)
 
 
 def compile_cache_key(argv: list[str], vllm_version: str | None) -> str | None:
     """The key a compile cache is valid for: the vLLM version and the server's command line (the model
-    folder, whose name holds the revision, and every argument) less where it listens. Hosts with the same key
+    folder, whose name holds the revision, and every argument) less where it listens and the names it answers
+    to. Hosts with the same key
     compile the same graphs and kernels; a cache is carried only between equal keys. None when the version is
     unknown (nothing is carried then)."""
     if not vllm_version:
         return None
-    kept, skip = [], False
+    kept, skip, names = [], False, False
     for a in argv[1:]:  # the interpreter's path is not part of what is compiled
         if skip:
             skip = False
             continue
+        if names and not a.startswith("-"):
+            continue
+        names = False
         if a in LISTENER_FLAGS:
             skip = True
             continue
-        if a.split("=", 1)[0] in LISTENER_FLAGS:
+        if a in NAME_FLAGS:
+            names = True
+            continue
+        if a.split("=", 1)[0] in LISTENER_FLAGS + NAME_FLAGS:
             continue
         kept.append(a)
     blob = json.dumps({"vllm": vllm_version, "argv": kept}, separators=(",", ":"))
