@@ -52,10 +52,13 @@ options:
     description:
       - "C(random) prompts, or C(shared-prefix): every prompt starts with the same O(prefix_len) tokens (a shared"
       - "system prompt); the server's prefix-cache hits are recorded per point."
+      - "C(multi-turn): sessions of O(turns) requests after that shared system prompt, each sent after the answer to"
+      - "the one before with the conversation so far; a point's prompt count is its sessions."
     type: str
-    choices: [random, shared-prefix]
+    choices: [random, shared-prefix, multi-turn]
     default: random
   prefix_len: {description: "Tokens of the shared prefix (0 = half the input).", type: int, default: 0}
+  turns: {description: "Requests per session (multi-turn).", type: int, default: 3}
   max_client_cpu_fraction: {description: A client process above this share of a core makes a point invalid., type: float, default: 0.9}
   max_loop_lag_p99_ms: {description: Client event-loop lag p99 above this makes a point invalid., type: float, default: 25}
   seed: {description: Prompt seed., type: int, default: 0}
@@ -121,8 +124,9 @@ def main():
             "goodput_ttft_ms": {"type": "float"},
             "goodput_tpot_ms": {"type": "float"},
             "reconcile_tolerance": {"type": "float", "default": 0.02},
-            "workload": {"type": "str", "default": "random", "choices": ["random", "shared-prefix"]},
+            "workload": {"type": "str", "default": "random", "choices": ["random", "shared-prefix", "multi-turn"]},
             "prefix_len": {"type": "int", "default": 0},
+            "turns": {"type": "int", "default": 3},
             "max_client_cpu_fraction": {"type": "float", "default": 0.9},
             "max_loop_lag_p99_ms": {"type": "float", "default": 25},
             "seed": {"type": "int", "default": 0},

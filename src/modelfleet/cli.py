@@ -218,7 +218,7 @@ def cmd_bench(a) -> int:
                input_len=a.input_len, output_len=a.output_len, vocab_size=a.vocab_size, warmup=a.warmup,
                processes=a.processes, seed=a.seed, goodput_ttft_ms=a.goodput_ttft_ms,
                goodput_tpot_ms=a.goodput_tpot_ms, tokenizer=a.model_repo or None, workload=a.workload,
-               prefix_len=a.prefix_len, server_pid=a.server_pid, stop_file=a.stop_file)
+               prefix_len=a.prefix_len, turns=a.turns, server_pid=a.server_pid, stop_file=a.stop_file)
 
     def progress(p):
         if a.json:
@@ -564,10 +564,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--goodput-ttft-ms", type=float, default=None)
     p.add_argument("--goodput-tpot-ms", type=float, default=None)
-    p.add_argument("--workload", choices=["random", "shared-prefix"], default="random",
+    p.add_argument("--workload", choices=["random", "shared-prefix", "multi-turn"], default="random",
                    help="shared-prefix: every prompt starts with the same --prefix-len tokens (prefix-cache hits "
-                        "are recorded per point)")
+                        "are recorded per point); multi-turn: sessions of --turns requests after that shared system "
+                        "prompt, each sent after the answer to the one before with the conversation so far (a "
+                        "point's prompt count is then its sessions)")
     p.add_argument("--prefix-len", type=int, default=0, help="tokens of the shared prefix (0: half the input)")
+    p.add_argument("--turns", type=int, default=3, help="multi-turn: requests per session")
     p.add_argument("--stop-file", default=None, metavar="PATH",
                    help="stop sending when PATH exists (the requests in flight finish): a load that lasts as long "
                         "as something else, e.g. a rolling switch through the fleet endpoint")

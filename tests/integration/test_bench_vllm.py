@@ -224,6 +224,22 @@ def test_the_shared_prefix_workload_hits_the_servers_prefix_cache(vllm_server):
     assert shared["telemetry"]["server_cpu_cores_mean"] > 0 and shared["telemetry"]["gpus"] == []
 
 
+def test_the_multi_turn_workload_sends_each_turn_with_the_conversation_so_far(vllm_server):
+    """Issue 26: sessions of 3 turns after a shared system prompt, each turn sent after the answer to the one before
+    with the conversation so far. Token ids: the server counts exactly the growing prompts (128 system + 32 per
+    user turn + 12 per earlier answer), finds them in its prefix cache, and the tokens reconcile. Chat: the answers
+    the server streamed go back in the next turn's messages, so its prompts grow turn by turn."""
+    cfg = _cfg(vllm_server.url, input_len=160, output_len=12, workload="multi-turn", prefix_len=128, turns=3,
+               seed=21)
+    p = bench_client.run_point(cfg, concurrency=2, num_prompts=4)
+    assert p["failed"] == 0 and p["sent"] == 12 and p["reconciled"] is True, (p["errors"], p["reconcile_note"])
+    assert [t["mean_prompt_tokens"] for t in p["sessions"]["by_turn"]] == [160, 204, 248]
+    assert p["sessions"]["count"] == 4 and p["prefix_cache_hits"] > 0
+    chat = bench_client.run_point(dict(cfg, endpoint="chat", vocab_size=0, seed=22), concurrency=2, num_prompts=2)
+    grow = [t["mean_prompt_tokens"] for t in chat["sessions"]["by_turn"]]
+    assert chat["failed"] == 0 and chat["sent"] == 6 and grow[0] + 12 < grow[1] < grow[2], (grow, chat["errors"])
+
+
 def test_unreachable_server_is_a_clear_error():
     with pytest.raises(bench.BenchError, match="cannot read /metrics of http://127.0.0.1:9 "):
         bench_client.run_point(_cfg("http://127.0.0.1:9", warmup=0), concurrency=1, num_prompts=1)

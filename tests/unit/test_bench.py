@@ -303,6 +303,51 @@ def test_capacity_summary_quotes_the_limit_and_the_next_step():
     assert none["capacity"] is None and none["text"].startswith("capacity: none - even 1 concurrent misses")
 
 
+def test_the_multi_turn_workload_sends_each_turn_with_the_conversation_so_far():
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench_client
+
+    cfg = dict(bench_client.default_config(), input_len=40, output_len=6, vocab_size=386, workload="multi-turn",
+               prefix_len=30, turns=3)
+    a, b = bench_client.make_prompts(cfg, 2, salt=1), bench_client.make_prompts(cfg, 1, salt=2)
+    assert len(a) == 2 and all(s["system"] == a[0]["system"] and len(s["system"]) == 30 for s in a + b)
+    assert [len(t) for t in a[0]["turns"]] == [10, 10, 10] and [len(r) for r in a[0]["replies"]] == [6, 6]
+    assert a[0]["turns"] != a[1]["turns"]
+    s = a[0]
+    p = [bench_client.turn_prompt(cfg, s, k, []) for k in range(3)]
+    assert [len(x) for x in p] == [40, 56, 72]  # system + k user turns + (k - 1) answers of output_len
+    assert p[0] == s["system"] + s["turns"][0] and p[1][:40] == p[0] and p[2][:56] == p[1]  # each extends the last
+    assert p[2][40:46] == s["replies"][0] and p[2][56:62] == s["replies"][1] and p[2][62:] == s["turns"][2]
+    # words on the chat endpoint: the system prompt, then each turn with the answer the server streamed
+    chat = dict(cfg, vocab_size=0, endpoint="chat")
+    w = bench_client.make_prompts(chat, 1, salt=1)[0]
+    assert "replies" not in w and len(w["system"].split()) == 30 and len(w["turns"][1].split()) == 10
+    msgs = bench_client.turn_prompt(chat, w, 2, ["first answer", "second answer"])
+    assert [m["role"] for m in msgs] == ["system", "user", "assistant", "user", "assistant", "user"]
+    assert msgs[2]["content"] == "first answer" and msgs[5]["content"] == w["turns"][2]
+    assert bench_client._payload(chat, msgs)["messages"] == msgs
+    text = bench_client.turn_prompt(dict(chat, endpoint="completions"), w, 1, ["an answer"])
+    assert text == " ".join([w["system"], w["turns"][0], "an answer", w["turns"][1]])
+    for bad, words in ((dict(cfg, turns=0), "turns must be a whole number"),
+                       (dict(cfg, prefix_len=40), "leaves no token of input_len 40")):
+        with pytest.raises(BenchError, match=words):
+            bench_client.make_prompts(bad, 1, salt=0)
+    # another tool's equivalent: AIPerf's conversations; the others are told to be single-turn
+    eq = bench.equivalent_commands(cfg, {"num_prompts": 8, "max_concurrency": 4})
+    assert "--conversation-num 8 --conversation-turn-mean 3" in eq["aiperf"] and "--request-count" not in eq["aiperf"]
+    assert "multi-turn (8 sessions of 3 turns" in eq["note"] and "--random-prefix-len 30" in eq["vllm_bench_serve"]
+
+
+def test_a_multi_turn_point_is_summed_up_by_turn():
+    def rec(turn, start, first, prompt, error=""):
+        return {"turn": turn, "start": start, "sent": start, "end": first + 0.1, "chunk_times": [first, first + 0.1],
+                "prompt_tokens": prompt, "completion_tokens": 2, "error": error}
+
+    got = bench.by_turn([rec(1, 0, 0.1, 40), rec(2, 1, 1.3, 56), rec(1, 0, 0.3, 40), rec(2, 1, 1.1, 0, "HTTP 500")])
+    assert got == [{"turn": 1, "sent": 2, "failed": 0, "mean_prompt_tokens": 40, "median_ttft_ms": pytest.approx(200)},
+                   {"turn": 2, "sent": 2, "failed": 1, "mean_prompt_tokens": 56, "median_ttft_ms": pytest.approx(300)}]
+    assert bench.by_turn([{"start": 0, "end": 1}]) == []
+
+
 def test_the_shared_prefix_workload_starts_every_prompt_alike():
     from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench_client
 

@@ -451,6 +451,20 @@ def baseline_gate(current: dict, baseline: dict, tolerance: float) -> dict:
     return {"passed": not failures, "failures": failures, "checked": checked}
 
 
+def by_turn(records: list[dict]) -> list[dict]:
+    """A multi-turn point's requests by turn (records carry `turn`, 1-based): how many were sent and failed, the
+    server's mean prompt tokens (the conversation grows turn by turn) and the median TTFT of those answered."""
+    out = []
+    for k in sorted({r["turn"] for r in records if "turn" in r}):
+        rs = [r for r in records if r.get("turn") == k]
+        ok = [r for r in rs if not r.get("error")]
+        ttfts = [request_timings(r)["ttft"] * 1000 for r in ok]
+        out.append({"turn": k, "sent": len(rs), "failed": len(rs) - len(ok),
+                    "mean_prompt_tokens": sum(r.get("prompt_tokens") or 0 for r in ok) / len(ok) if ok else None,
+                    "median_ttft_ms": percentile(ttfts, 50) if ttfts else None})
+    return out
+
+
 def equivalent_commands(cfg: dict, point: dict, tokenizer: str | None = None) -> dict:
     """The same point as `vllm bench serve`, GuideLLM and AIPerf command lines, so that a reader can re-run it with
     their own tool: same endpoint, model, input and output lengths, ignore_eos, request count, and concurrency (or
@@ -465,7 +479,10 @@ def equivalent_commands(cfg: dict, point: dict, tokenizer: str | None = None) ->
     rate = None if rate in (None, "inf", float("inf")) else float(rate)
     tok = tokenizer or model
     ilen, olen = int(cfg["input_len"]), int(cfg["output_len"])
-    shared = min(int(cfg.get("prefix_len") or ilen // 2), ilen) if cfg.get("workload") == "shared-prefix" else 0
+    shared = min(int(cfg.get("prefix_len") or ilen // 2), ilen) \
+        if cfg.get("workload") in ("shared-prefix", "multi-turn") else 0
+    # multi-turn: n sessions of `turns` requests; only AIPerf has synthetic conversations of its own
+    turns = int(cfg.get("turns") or 3) if cfg.get("workload") == "multi-turn" else 0
     vllm = ["vllm", "bench", "serve", "--backend", "openai-chat" if chat else "vllm", "--base-url", url,
             "--endpoint", "/v1/chat/completions" if chat else "/v1/completions", "--model", model, "--tokenizer", tok,
             "--dataset-name", "random", "--random-input-len", str(ilen - shared), "--random-output-len", str(olen),
@@ -487,8 +504,9 @@ def equivalent_commands(cfg: dict, point: dict, tokenizer: str | None = None) ->
               "chat" if chat else "completions", "--streaming", "--synthetic-input-tokens-mean", str(ilen - shared),
               *(["--num-prefix-prompts", "1", "--prefix-prompt-length", str(shared)] if shared else []),
               "--synthetic-input-tokens-stddev", "0", "--output-tokens-mean", str(olen), "--output-tokens-stddev",
-              "0", "--extra-inputs", "ignore_eos:true", "--request-count", str(n), "--random-seed",
-              str(cfg.get("seed", 0))]
+              "0", "--extra-inputs", "ignore_eos:true",
+              *(["--conversation-num", str(n), "--conversation-turn-mean", str(turns), "--conversation-turn-stddev",
+                 "0"] if turns else ["--request-count", str(n)]), "--random-seed", str(cfg.get("seed", 0))]
     if rate is not None:
         aiperf += ["--request-rate", f"{rate:g}"]
     if c:
@@ -497,7 +515,10 @@ def equivalent_commands(cfg: dict, point: dict, tokenizer: str | None = None) ->
         if cfg.get("api_key") else ""
     note = "each tool's own synthetic prompts of the same token lengths" + (
         f", {shared} of them one prefix shared by every prompt (the prefix options differ between the tools' "
-        "versions: check yours)" if shared else "") + key
+        "versions: check yours)" if shared else "") + (
+        f"; multi-turn ({n} sessions of {turns} turns, each turn sent with the conversation so far): AIPerf's "
+        "conversations are the equivalent; the vllm bench serve and GuideLLM lines send single-turn prompts of the "
+        "first turn's shape (no synthetic conversations there)" if turns else "") + key
     return {"vllm_bench_serve": shlex.join(vllm), "guidellm": shlex.join(guide), "aiperf": shlex.join(aiperf),
             "note": note}
 

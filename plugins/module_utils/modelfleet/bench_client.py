@@ -38,6 +38,7 @@ def default_config() -> dict:
         "processes": 1, "request_timeout_s": 600.0, "metrics_interval_s": 0.5,
         "goodput_ttft_ms": None, "goodput_tpot_ms": None, "max_cpu_fraction": 0.9, "max_lag_p99_ms": 25.0,
         "reconcile_tolerance": bench.RECONCILE_TOLERANCE, "tokenizer": None, "workload": "random", "prefix_len": 0,
+        "turns": 3,
         "server_pid": 0, "gpu_telemetry": True,
         # a file whose appearance stops the sending (the requests in flight finish): a load that lasts as long
         # as something else does (a rolling switch through the fleet endpoint)
@@ -55,25 +56,28 @@ def _headers(cfg: dict) -> dict:
     return h
 
 
-WORKLOADS = ("random", "shared-prefix")
+WORKLOADS = ("random", "shared-prefix", "multi-turn")
 
 
 def make_prompts(cfg: dict, n: int, salt: int) -> list:
     """n prompts of input_len: token-id lists when vocab_size is known (completions), else word strings. The
     shared-prefix workload starts every prompt with the same prefix_len tokens (a system prompt every user of a
-    chat service sends; what prefix caching saves), the rest different per prompt."""
+    chat service sends; what prefix caching saves), the rest different per prompt. The multi-turn workload gives
+    n sessions instead (make_sessions)."""
     rng = random.Random(cfg["seed"] * 1_000_003 + salt)
     workload = cfg.get("workload") or "random"
     if workload not in WORKLOADS:
         raise bench.BenchError(f"workload must be one of {', '.join(WORKLOADS)}, got {workload!r}")
     shared = min(int(cfg.get("prefix_len") or cfg["input_len"] // 2), cfg["input_len"]) \
-        if workload == "shared-prefix" else 0
+        if workload in ("shared-prefix", "multi-turn") else 0
     fixed = random.Random(cfg["seed"] * 7_919 + 1)  # the same prefix in every point of the run
     ids = cfg["endpoint"] == "completions" and cfg.get("vocab_size")
     # token ids: skip the lowest (special and byte tokens) and stay inside the tokenizer's range
     lo, hi = (min(100, cfg["vocab_size"] // 4), cfg["vocab_size"]) if ids else (0, 0)
     prefix = [fixed.randrange(lo, hi) for _dummy in range(shared)] if ids else \
         [fixed.choice(_WORDS) for _dummy in range(shared)]
+    if workload == "multi-turn":
+        return make_sessions(cfg, n, rng, prefix, bool(ids), lo, hi)
     out = []
     for _dummy in range(n):
         if ids:
@@ -83,10 +87,57 @@ def make_prompts(cfg: dict, n: int, salt: int) -> list:
     return out
 
 
+def make_sessions(cfg: dict, n: int, rng, prefix: list, ids: bool, lo: int, hi: int) -> list:
+    """n multi-turn sessions: each the shared system prompt (`prefix`, the same in every session), then `turns`
+    user messages of input_len - len(prefix) tokens each; every turn is sent after the answer to the one before,
+    with the whole conversation so far (turn_prompt). The first turn has the shape of a shared-prefix prompt."""
+    turns = 3 if cfg.get("turns") is None else cfg["turns"]
+    if isinstance(turns, bool) or not isinstance(turns, int) or turns < 1:
+        raise bench.BenchError(f"turns must be a whole number of at least 1, got {turns!r}")
+    user = cfg["input_len"] - len(prefix)
+    if user < 1:
+        raise bench.BenchError(f"multi-turn: the system prompt (prefix_len {len(prefix)}) leaves no token of "
+                               f"input_len {cfg['input_len']} for the user's turns; set a smaller prefix_len")
+    out = []
+    for _dummy in range(n):
+        if ids:
+            out.append({"system": prefix, "turns": [[rng.randrange(lo, hi) for _d in range(user)]
+                                                    for _t in range(turns)],
+                        # token ids of an answer are not streamed: the history holds a stand-in of the same length
+                        "replies": [[rng.randrange(lo, hi) for _d in range(cfg["output_len"])]
+                                    for _t in range(turns - 1)]})
+        else:
+            out.append({"system": " ".join(prefix),
+                        "turns": [" ".join(rng.choice(_WORDS) for _d in range(user)) for _t in range(turns)]})
+    return out
+
+
+def turn_prompt(cfg: dict, item: dict, k: int, answers: list):
+    """What turn k (0-based) of a session sends: the system prompt, each earlier turn and its answer, then turn k.
+    Token ids (completions): the earlier answers are the session's stand-ins (`replies`); words: the answers the
+    server streamed (`answers`), as chat messages on the chat endpoint, else one text."""
+    if "replies" in item:
+        ids = list(item["system"])
+        for i in range(k):
+            ids += item["turns"][i] + item["replies"][i]
+        return ids + item["turns"][k]
+    if cfg["endpoint"] == "chat":
+        msgs = [{"role": "system", "content": item["system"]}] if item["system"] else []
+        for i in range(k):
+            msgs += [{"role": "user", "content": item["turns"][i]}, {"role": "assistant", "content": answers[i]}]
+        return msgs + [{"role": "user", "content": item["turns"][k]}]
+    parts = [item["system"]] if item["system"] else []
+    for i in range(k):
+        parts += [item["turns"][i], answers[i]]
+    return " ".join([*parts, item["turns"][k]])
+
+
 def _payload(cfg: dict, prompt) -> dict:
     body = {"model": cfg["model"], "max_tokens": cfg["output_len"], "stream": True, "ignore_eos": True,
             "temperature": 0.0, "stream_options": {"include_usage": True}}
-    if cfg["endpoint"] == "chat":
+    if cfg["endpoint"] == "chat" and isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
+        body["messages"] = prompt  # a conversation (multi-turn)
+    elif cfg["endpoint"] == "chat":
         body["messages"] = [{"role": "user", "content": prompt if isinstance(prompt, str) else str(prompt)}]
     else:
         body["prompt"] = prompt
@@ -107,10 +158,11 @@ def _is_token_step(chunk: dict, chat: bool) -> bool:
         d.get("role") and not d.get("content"))
 
 
-async def one_request(session, cfg: dict, prompt, scheduled: float | None = None) -> dict:
+async def one_request(session, cfg: dict, prompt, scheduled: float | None = None, keep_text: bool = False) -> dict:
     """One streamed request. Its latency is counted from `scheduled` (an open-loop arrival: the moment the user
     asked) when given, else from now; `sent` is when it actually went out, so `sent - start` is the time it
-    waited in the client for a free slot - part of the latency the user sees, never hidden."""
+    waited in the client for a free slot - part of the latency the user sees, never hidden. keep_text: the
+    answer's text in rec["text"] (a session's next turn sends it back)."""
     import aiohttp
 
     chat = cfg["endpoint"] == "chat"
@@ -118,6 +170,7 @@ async def one_request(session, cfg: dict, prompt, scheduled: float | None = None
     sent = time.perf_counter()
     rec = {"start": sent if scheduled is None else scheduled, "sent": sent, "end": 0.0, "chunk_times": [],
            "prompt_tokens": 0, "completion_tokens": 0, "error": ""}
+    text: list = []
     try:
         async with session.post(cfg["base_url"] + path, json=_payload(cfg, prompt), headers=_headers(cfg)) as r:
             if r.status != 200:
@@ -138,6 +191,9 @@ async def one_request(session, cfg: dict, prompt, scheduled: float | None = None
                         break
                     if _is_token_step(chunk, chat):
                         rec["chunk_times"].append(now)
+                        if keep_text:
+                            c = chunk["choices"][0]
+                            text.append((c.get("delta") or {}).get("content") or "" if chat else c.get("text") or "")
                     usage = chunk.get("usage")
                     if usage:
                         rec["prompt_tokens"] = usage.get("prompt_tokens") or 0
@@ -147,7 +203,30 @@ async def one_request(session, cfg: dict, prompt, scheduled: float | None = None
     except (TimeoutError, aiohttp.ClientError, ValueError) as e:
         rec["error"] = f"{type(e).__name__}: {e}"[:200]
     rec["end"] = time.perf_counter()
+    if keep_text:
+        rec["text"] = "".join(text)
     return rec
+
+
+async def _send(session, cfg: dict, item, scheduled: float | None = None) -> list:
+    """The records of one item: a prompt (one request) or a session (its turns one after another, each with the
+    conversation so far; the first counted from `scheduled`). A session ends at a failed turn (its history is
+    broken) or once the stop file appears."""
+    if not (isinstance(item, dict) and "turns" in item):
+        return [await one_request(session, cfg, item, scheduled)]
+    stop_file, recs, answers = cfg.get("stop_file"), [], []
+    words = "replies" not in item
+    for k in range(len(item["turns"])):
+        if k and stop_file and os.path.exists(stop_file):
+            break
+        rec = await one_request(session, cfg, turn_prompt(cfg, item, k, answers), scheduled if k == 0 else None,
+                                keep_text=words)
+        rec["turn"] = k + 1
+        answers.append(rec.pop("text", ""))
+        recs.append(rec)
+        if rec["error"]:
+            break
+    return recs
 
 
 async def _lag_ticker(lags: list, stop: asyncio.Event) -> None:
@@ -187,10 +266,10 @@ async def _drive(cfg: dict, prompts: list, concurrency: int | None, rate: float 
 
             async def timed(p, scheduled):
                 if sem is None:
-                    records.append(await one_request(session, cfg, p, scheduled))
+                    records.extend(await _send(session, cfg, p, scheduled))
                     return
                 async with sem:
-                    records.append(await one_request(session, cfg, p, scheduled))
+                    records.extend(await _send(session, cfg, p, scheduled))
 
             tasks = []
             arrival = time.perf_counter()
@@ -208,7 +287,7 @@ async def _drive(cfg: dict, prompts: list, concurrency: int | None, rate: float 
 
             async def worker():
                 while queue and not (stop_file and os.path.exists(stop_file)):
-                    records.append(await one_request(session, cfg, queue.pop()))
+                    records.extend(await _send(session, cfg, queue.pop()))
 
             await asyncio.gather(*(worker() for _dummy in range(min(concurrency, len(prompts)))))
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
@@ -371,7 +450,7 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
         raise bench.BenchError("a point needs a concurrency or a request rate")
     procs = max(1, min(int(cfg.get("processes") or 1), concurrency or num_prompts, num_prompts))
     if cfg.get("warmup"):
-        w = make_prompts(cfg, cfg["warmup"], salt=-1)
+        w = make_prompts(dict(cfg, turns=1), cfg["warmup"], salt=-1)
         asyncio.run(_drive(cfg, w, min(cfg["warmup"], concurrency or cfg["warmup"]), None, 0.0))
     try:
         before = snapshot(scrape(cfg), cfg["model"])
@@ -393,6 +472,8 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
                             goodput_tpot_ms=cfg.get("goodput_tpot_ms"))
     m.update(bench.reconcile(m["total_output_tokens"], before, after, cfg["reconcile_tolerance"]))
     m.update(bench.prefix_cache(before, after))
+    if cfg.get("workload") == "multi-turn":
+        m["sessions"] = {"count": num_prompts, "turns": cfg.get("turns") or 3, "by_turn": bench.by_turn(records)}
     m["telemetry"] = tele.summary()
     m.update(bench.client_health([x["cpu_fraction"] for x in parts], [v for x in parts for v in x["loop_lag_ms"]],
                                  max_cpu_fraction=cfg["max_cpu_fraction"], max_lag_p99_ms=cfg["max_lag_p99_ms"]))
