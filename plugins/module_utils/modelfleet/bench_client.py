@@ -31,6 +31,19 @@ _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo l
           "quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
 
 
+def _arun(coro):
+    """Run the client's event loop: uvloop's when it is installed (modelfleet's venv has it, and vLLM's, as
+    uvicorn's loop), which spends about a fifth less CPU per streamed token than asyncio's
+    (benchmarks/bench_side_by_side.py, docs/benchmark.md); asyncio's otherwise (also with a uvloop older than
+    0.18, which has no run())."""
+    try:
+        import uvloop
+    except ImportError:
+        return asyncio.run(coro)
+    run = getattr(uvloop, "run", None)
+    return run(coro) if run else asyncio.run(coro)
+
+
 def default_config() -> dict:
     return {
         "base_url": "http://127.0.0.1:8000", "model": "", "api_key": "", "endpoint": "completions",
@@ -298,7 +311,7 @@ async def _drive(cfg: dict, prompts: list, concurrency: int | None, rate: float 
 
 def _child(cfg, prompts, concurrency, rate, start_at, conn) -> None:
     try:
-        conn.send(asyncio.run(_drive(cfg, prompts, concurrency, rate, start_at)))
+        conn.send(_arun(_drive(cfg, prompts, concurrency, rate, start_at)))
     except BaseException as e:  # the parent reports it
         conn.send({"error": f"{type(e).__name__}: {e}"})
     finally:
@@ -407,7 +420,7 @@ def _run_parts(cfg: dict, prompts: list, procs: int, concurrency, request_rate, 
             stop.set()
             await sampler
             return [res]
-        parts = asyncio.run(main())
+        parts = _arun(main())
     else:
         ctx = multiprocessing.get_context("fork")
         shares = _split(num_prompts, procs)
@@ -433,7 +446,7 @@ def _run_parts(cfg: dict, prompts: list, procs: int, concurrency, request_rate, 
             stop.set()
             await sampler
             return got
-        parts = asyncio.run(main())
+        parts = _arun(main())
         for p, c in children:
             p.join(10)
             c.close()
@@ -451,7 +464,7 @@ def run_point(cfg: dict, *, concurrency: int | None = None, request_rate: float 
     procs = max(1, min(int(cfg.get("processes") or 1), concurrency or num_prompts, num_prompts))
     if cfg.get("warmup"):
         w = make_prompts(dict(cfg, turns=1), cfg["warmup"], salt=-1)
-        asyncio.run(_drive(cfg, w, min(cfg["warmup"], concurrency or cfg["warmup"]), None, 0.0))
+        _arun(_drive(cfg, w, min(cfg["warmup"], concurrency or cfg["warmup"]), None, 0.0))
     try:
         before = snapshot(scrape(cfg), cfg["model"])
     except OSError as e:

@@ -1,0 +1,96 @@
+"""The benchmark client's stream reading (bench_client.one_request) against a real HTTP server on loopback (aiohttp's)
+that sends a vLLM-shaped event stream in pieces cut anywhere - inside a line, inside "data:", between the two
+newlines of an event - with \\n or \\r\\n line ends: every token step is counted once, the usage and the answer's text
+are read whole, and an error event or a cut stream is reported."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench_client
+
+aiohttp = pytest.importorskip("aiohttp")
+from aiohttp import web  # noqa: E402
+
+
+def _events(chat: bool, words: list[str], usage: bool = True) -> list[dict]:
+    out = []
+    if chat:  # vLLM's chat stream opens with a role-only delta, which is no generation step
+        out.append({"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]})
+    for w in words:
+        out.append({"choices": [{"index": 0, "delta": {"content": w}}]} if chat
+                   else {"choices": [{"index": 0, "text": w, "logprobs": None, "finish_reason": None}]})
+    if usage:
+        out.append({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": len(words)}})
+    return out
+
+
+def _body(events: list, eol: bytes = b"\n", done: bool = True) -> bytes:
+    lines = [b"data: " + json.dumps(e).encode() + eol + eol for e in events]
+    return b"".join(lines) + (b"data: [DONE]" + eol + eol if done else b"")
+
+
+def _run(body: bytes, piece: int, cfg: dict, keep_text: bool = False) -> dict:
+    async def main():
+        async def handler(request):
+            resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await resp.prepare(request)
+            for i in range(0, len(body), piece):
+                await resp.write(body[i:i + piece])
+                await asyncio.sleep(0.0005)  # separate reads on the client, cut wherever `piece` falls
+            await resp.write_eof()
+            return resp
+
+        app = web.Application()
+        app.router.add_post("/v1/completions", handler)
+        app.router.add_post("/v1/chat/completions", handler)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        try:
+            async with aiohttp.ClientSession() as session:
+                return await bench_client.one_request(session, dict(cfg, base_url=f"http://127.0.0.1:{port}"),
+                                                      [1, 2, 3], keep_text=keep_text)
+        finally:
+            await runner.cleanup()
+    return asyncio.run(main())
+
+
+def _cfg(chat=False):
+    return dict(bench_client.default_config(), model="m", endpoint="chat" if chat else "completions")
+
+
+WORDS = [" alpha", " bravo", "", " charlie", " dé", "lta"]  # an empty text: a step whose character is incomplete
+
+
+@pytest.mark.parametrize("piece", [1, 5, 7, 64, 100000])
+@pytest.mark.parametrize("eol", [b"\n", b"\r\n"])
+def test_a_completion_stream_cut_anywhere_counts_each_step_once(piece, eol):
+    rec = _run(_body(_events(False, WORDS), eol), piece, _cfg(), keep_text=True)
+    assert rec["error"] == "" and len(rec["chunk_times"]) == len(WORDS)
+    assert (rec["prompt_tokens"], rec["completion_tokens"]) == (7, len(WORDS))
+    assert rec["text"] == "".join(WORDS)
+    assert rec["chunk_times"] == sorted(rec["chunk_times"]) and rec["sent"] <= rec["chunk_times"][0] <= rec["end"]
+
+
+@pytest.mark.parametrize("piece", [3, 64, 100000])
+def test_a_chat_stream_skips_the_role_delta_and_keeps_the_answer(piece):
+    rec = _run(_body(_events(True, WORDS)), piece, _cfg(chat=True), keep_text=True)
+    assert rec["error"] == "" and len(rec["chunk_times"]) == len(WORDS) and rec["text"] == "".join(WORDS)
+    assert "text" not in _run(_body(_events(True, WORDS)), piece, _cfg(chat=True))
+
+
+@pytest.mark.parametrize("piece", [4, 100000])
+def test_an_error_event_or_a_stream_without_usage_is_reported(piece):
+    body = _body([*_events(False, WORDS[:2], usage=False), {"error": {"message": "engine died"}}], done=False)
+    rec = _run(body, piece, _cfg())
+    assert rec["error"] == "engine died" and len(rec["chunk_times"]) == 2
+    rec = _run(_body(_events(False, WORDS, usage=False)), piece, _cfg())
+    assert rec["error"].startswith("the stream ended without a usage record")
+    # the stream ends without [DONE] and without its last line's end: that line is still read
+    rec = _run(_body(_events(False, WORDS), done=False)[:-2], piece, _cfg())
+    assert rec["error"] == "" and rec["completion_tokens"] == len(WORDS) and len(rec["chunk_times"]) == len(WORDS)
