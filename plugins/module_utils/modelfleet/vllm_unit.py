@@ -63,8 +63,7 @@ def served_names(primary: str, aliases) -> list[str]:
     """The names the server answers to: the profile's own first (vLLM labels its metrics and its responses with
     the first), then each alias once - the name a fleet endpoint's clients use, which stays when the group
     switches to another model (docs/endpoint.md). An alias equal to the profile's name adds nothing."""
-    if not NAME.match(primary or ""):
-        raise ServeError(f"served model name {primary!r} must be 1-63 letters, digits, '.', '_' or '-'")
+    unit_name(primary)  # the profile's name is checked where it names the unit
     if aliases is None:
         aliases = []
     if not isinstance(aliases, list | tuple):
