@@ -190,7 +190,10 @@ def render(fronts: list, bind_address: str = "0.0.0.0", check_interval: float = 
         f"    timeout server {ms(timeout)}",
         f"    timeout check {ms(check_timeout)}",
         "    timeout http-request 30s",
-        # a replica that refuses the connection or closes it before answering is tried again on another
+        # a replica that refuses the connection or closes it before answering is tried again on another.
+        # HAProxy keeps a request for a retry only when it had the whole request before sending any of it, and
+        # most clients (Python's http.client, h11) write the headers and the body apart: wait for the body
+        "    option http-buffer-request",
         "    retries 2",
         "    option redispatch 1",
         "    retry-on conn-failure empty-response",

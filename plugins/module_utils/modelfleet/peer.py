@@ -181,13 +181,22 @@ def resume(staging: str, lock: dict) -> dict:
 
 
 # --------------------------------------------------------------------------- the pull
+# rsync's exit status when the file it was asked for could not be read (absent, there or through rrsync)
+RSYNC_PARTIAL = 23
+# consecutive failed reads of a source's status before it is dropped: one lost connection is not a dead host
+STATUS_TRIES = 3
+
+
 def _source_status(src: dict, rel_status: str, scratch: str, rsync, timeout: float) -> dict | None:
     """A source's status: the origin (complete) serves every file; a peer's status file says what it has
-    verified. None when it cannot be read."""
+    verified. A peer that answers but has no status file yet (its own pull, started in the same task, has not
+    begun) is "pending": nothing verified. None when it cannot be read (host down, SSH refused)."""
     if src.get("complete"):
         return {"state": "complete"}
     dest = os.path.join(scratch, f"status-{src['host']}.json")
     rc, _err = rsync(rsync_command(src, rel_status, dest, append=False, **src.get("ssh", {})), timeout)
+    if rc == RSYNC_PARTIAL:
+        return {"state": "pending", "verified": [], "updated_at": None}
     if rc != 0:
         return None
     try:
@@ -266,6 +275,7 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
     kept_bytes = sum(e["size"] for e in lock["files"] if e["name"] in record)
     status("receiving")
     last_seen: dict = {}  # source host -> (its status's updated_at, when that value last changed here)
+    unread: dict = {}  # source host -> failed status reads in a row
     for e in lock["files"]:
         name = e["name"]
         while name not in record:
@@ -279,18 +289,26 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
             st = _source_status(src, rel_status, scratch, rsync, stall_seconds)
             now = time.monotonic()
             if st is None:
-                reason = "its status could not be read (host down, or its SSH access refused)"
+                unread[src["host"]] = unread.get(src["host"], 0) + 1
+                if unread[src["host"]] < STATUS_TRIES:
+                    time.sleep(poll_seconds)
+                    continue
+                reason = (f"its status could not be read {STATUS_TRIES} times in a row (host down, or its SSH "
+                          "access refused)")
             elif st.get("state") == "failed" or (st.get("revision") not in (None, lock["revision"])):
                 reason = f"it reported {st.get('state')!r} ({st.get('reason', 'another revision')})"
             else:
                 reason = None
+            if st is not None:
+                unread.pop(src["host"], None)
             if reason is None and not src.get("complete") and name not in (st.get("verified") or []):
                 stamp = st.get("updated_at")
                 prev = last_seen.get(src["host"])
                 if prev is None or prev[0] != stamp:
                     last_seen[src["host"]] = (stamp, now)
                 elif now - prev[1] > stall_seconds:
-                    reason = f"it made no progress for {stall_seconds:g} s"
+                    reason = (f"its own pull had not started after {stall_seconds:g} s (no status there)"
+                              if st.get("state") == "pending" else f"it made no progress for {stall_seconds:g} s")
                 if reason is None:
                     status("receiving", waiting_for=name)
                     time.sleep(poll_seconds)
