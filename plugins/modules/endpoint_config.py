@@ -36,6 +36,12 @@ options:
     description: Seconds a client or a replica may stay silent within one request (a streamed answer included).
     type: float
     default: 600
+  retry_request_kib:
+    description:
+      - The largest request, in KiB, kept to be sent again to another replica when its own fails before answering
+        (HAProxy's C(tune.bufsize)); a larger request gets the failure. Each open request holds up to two buffers.
+    type: int
+    default: 256
   admin_socket: {description: HAProxy's admin socket (the drain and the status read it)., type: path, default: /run/modelfleet-endpoint/admin.sock}
   user: {description: "The user HAProxy drops to after binding (Debian's package makes C(haproxy)).", type: str, default: haproxy}
   haproxy: {description: The HAProxy program that checks the file., type: path, default: /usr/sbin/haproxy}
@@ -87,6 +93,7 @@ def main():
             "rise": {"type": "int", "default": 1},
             "fall": {"type": "int", "default": 2},
             "timeout_seconds": {"type": "float", "default": 600},
+            "retry_request_kib": {"type": "int", "default": 256},
             "admin_socket": {"type": "path", "default": "/run/modelfleet-endpoint/admin.sock"},
             "user": {"type": "str", "default": "haproxy"},
             "haproxy": {"type": "path", "default": "/usr/sbin/haproxy"},
@@ -97,7 +104,8 @@ def main():
     try:
         text = render(p["frontends"], bind_address=p["bind_address"], check_interval=p["check_interval_seconds"],
                       check_timeout=p["check_timeout_seconds"], rise=p["rise"], fall=p["fall"],
-                      timeout=p["timeout_seconds"], admin_socket=p["admin_socket"], user=p["user"])
+                      timeout=p["timeout_seconds"], admin_socket=p["admin_socket"], user=p["user"],
+                      retry_request_kib=p["retry_request_kib"])
         changed, before = install(p["path"], text, haproxy=p["haproxy"], check=module.check_mode)
     except ModelfleetError as e:
         module.fail_json(msg=str(e))

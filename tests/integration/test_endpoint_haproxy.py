@@ -104,11 +104,11 @@ def _complete(front, key="Bearer client-key", prompt="x"):
         return r.status, r.headers.get("X-Modelfleet-Replica")
 
 
-def _complete_in_two_writes(front, prompt):
+def _complete_in_two_writes(front, prompt, pad=0):
     """A completion whose headers and body leave in two writes, 0.2 s apart, as many clients send them (Python's
     http.client writes them apart too, but then only the timing decides whether the balancer sees them apart).
     Returns (status, replica) or the exception's text: it runs in a thread, where a raise would be lost."""
-    body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": 1}).encode()
+    body = json.dumps({"model": "tiny", "prompt": prompt, "max_tokens": 1, "user": "u" * pad}).encode()
     conn = http.client.HTTPConnection("127.0.0.1", front, timeout=20)
     try:
         conn.putrequest("POST", "/v1/completions")
@@ -202,12 +202,15 @@ http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), R).serve_foreve
 """
 
 
-def test_a_replica_killed_while_it_holds_a_request_leaves_at_once_and_the_request_is_answered(tmp_path):
+@pytest.mark.parametrize("pad", [0, 100_000], ids=["small", "100KB"])
+def test_a_replica_killed_while_it_holds_a_request_leaves_at_once_and_the_request_is_answered(tmp_path, pad):
     """kill -9 of a replica's process: the request it held (no answer started) is sent again to the other one, and
     the first connection that fails takes the replica out of the endpoint at once - the checks here run every
     60 s, so only the balancer's watch of live traffic (observe layer4, on-error mark-down) explains it.
     The held request's headers and body come in two writes: HAProxy keeps a request to send again only when it
-    had the whole of it before forwarding any (option http-buffer-request); without that it answered 502."""
+    had the whole of it before forwarding any (option http-buffer-request); without that it answered 502. The
+    copy is one HAProxy buffer: a 100 KB request (a long prompt) is kept too (retry_request_kib, 256 by default;
+    with HAProxy's own 16 KiB it got the 502)."""
     p1, p2, front = _free_port(), _free_port(), _free_port()
     srv = _serve(p1)
     victim = subprocess.Popen([sys.executable, "-c", _KILLABLE, str(p2)])
@@ -225,7 +228,7 @@ def test_a_replica_killed_while_it_holds_a_request_leaves_at_once_and_the_reques
                                                                 {"tiny": ["r1", "r2"]}) == [])
         held = []
         while not held:  # leastconn: send slow requests until one is held by r2
-            t = threading.Thread(target=lambda: held.append(_complete_in_two_writes(front, "slow")))
+            t = threading.Thread(target=lambda: held.append(_complete_in_two_writes(front, "slow", pad)))
             t.start()
             time.sleep(0.5)
             if endpoint.server_states(sock)["tiny"]["r2"]["current"] == 1:

@@ -75,6 +75,8 @@ def test_render_is_accepted_by_haproxy_and_checks_each_replica_by_a_completion(t
     assert "hdr Authorization 'Bearer k3y'" in text and "http-check expect status 200" in text
     assert "inter 2000ms" in text and "fall 3" in text and "timeout check 10000ms" in text
     assert "observe layer4 error-limit 1 on-error mark-down" in text  # a dead replica leaves at its first refusal
+    # a request is kept to be sent again only when it came whole, and fits one buffer (256 KiB by default)
+    assert "option http-buffer-request" in text and "tune.bufsize 262144" in text
     assert re.findall(r"^    server (\S+) (\S+)$", text, re.M) == [("gpu-01", "10.0.0.11:8000"),
                                                                      ("gpu-02", "10.0.0.12:8000")]
 
@@ -117,7 +119,10 @@ def test_two_endpoints_on_one_port_are_refused():
 
 @pytest.mark.parametrize(("kw", "words"), [({"bind_address": "0.0.0.0 ssl"}, "bind address"),
                                            ({"check_interval": 0}, "check interval"), ({"fall": 0}, "fall"),
-                                           ({"admin_socket": "run/x.sock"}, "absolute path")])
+                                           ({"admin_socket": "run/x.sock"}, "absolute path"),
+                                           ({"retry_request_kib": 8}, "from 16"), ({"retry_request_kib": 5000}, "4096"),
+                                           ({"retry_request_kib": True}, "retry_request_kib"),
+                                           ({"retry_request_kib": "256"}, "retry_request_kib")])
 def test_bad_settings_are_refused(kw, words):
     with pytest.raises(EndpointError, match=words):
         endpoint.render([_front(**{"gpu-01": "http://10.0.0.11:8000"})], **kw)

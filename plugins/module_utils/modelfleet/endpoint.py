@@ -153,9 +153,17 @@ def _check_frontends(fronts: list) -> None:
                 raise EndpointError(f"endpoint {name}: port {b['port']} is also replica {b['name']}'s on loopback")
 
 
+# The largest request (KiB) the endpoint keeps a copy of, to send it again when its replica fails before answering:
+# HAProxy's buffer size (tune.bufsize). HAProxy's own 16 KiB is a prompt of a few thousand tokens; 256 KiB holds
+# one of about 60,000. Memory: an open request holds up to two buffers (a streamed answer one), so 4,096 open
+# requests take up to 2 GiB.
+RETRY_REQUEST_KIB = 256
+RETRY_REQUEST_KIB_MIN, RETRY_REQUEST_KIB_MAX = 16, 4096
+
+
 def render(fronts: list, bind_address: str = "0.0.0.0", check_interval: float = 10, check_timeout: float = 30,
            rise: int = 1, fall: int = 2, timeout: float = 600, maxconn: int = 4096, admin_socket: str = SOCKET,
-           user: str | None = "haproxy") -> str:
+           user: str | None = "haproxy", retry_request_kib: int = RETRY_REQUEST_KIB) -> str:
     """The HAProxy configuration for `fronts` (from `frontends`); every value is checked before it is written."""
     _check_frontends(fronts)
     if not ADDRESS_RE.match(str(bind_address)):
@@ -165,6 +173,10 @@ def render(fronts: list, bind_address: str = "0.0.0.0", check_interval: float = 
     for what, v in (("rise", rise), ("fall", fall), ("maxconn", maxconn)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise EndpointError(f"{what} must be a positive integer, got {v!r}")
+    if isinstance(retry_request_kib, bool) or not isinstance(retry_request_kib, int) \
+            or not RETRY_REQUEST_KIB_MIN <= retry_request_kib <= RETRY_REQUEST_KIB_MAX:
+        raise EndpointError(f"retry_request_kib must be an integer from {RETRY_REQUEST_KIB_MIN} (HAProxy's own "
+                            f"buffer) to {RETRY_REQUEST_KIB_MAX}, got {retry_request_kib!r}")
     if not re.match(r"^/[A-Za-z0-9_./-]+\Z", admin_socket):
         raise EndpointError(f"admin socket {admin_socket!r} must be an absolute path")
     if user is not None and not NAME_RE.match(user):
@@ -178,6 +190,8 @@ def render(fronts: list, bind_address: str = "0.0.0.0", check_interval: float = 
         "# replaced. Each backend is one group's replicas; each replica is checked by a real one-token completion.",
         "global",
         f"    maxconn {maxconn}",
+        # one buffer holds the copy of a request kept to send again (below): a larger request is not retried
+        f"    tune.bufsize {retry_request_kib * 1024}",
         f"    stats socket {admin_socket} mode 600 level admin",
         *([f"    user {user}", f"    group {user}"] if user else []),
         "",
