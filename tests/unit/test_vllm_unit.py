@@ -55,6 +55,47 @@ def test_refused_before_anything_is_stopped(kw, needle):
         server_argv(**args)
 
 
+LAUNCHER = "/opt/modelfleet/bin/modelfleet-vllm-serve.py"
+
+
+def _members():
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import group
+
+    plan = {"layout": "pp", "nodes": 2, "pipeline_parallel_size": 2}
+    return group.members(plan, [{"host": "gpu-01", "address": "10.0.0.11"}, {"host": "gpu-02", "address": "10.0.0.12"}],
+                         http_port=8000)
+
+
+def test_a_group_member_starts_through_the_serve_launcher_with_its_group_arguments():
+    head, follower = _members()
+    args = dict(python="p", model_dir="/m", profile=KIMI, plan=PLAN, host="0.0.0.0", port=8000, revision=REV,
+                gpu_count=8, api_key_set=True, launcher=LAUNCHER)
+    single = server_argv(**{k: v for k, v in args.items() if k != "launcher"})
+    for m in (head, follower):
+        argv = server_argv(**args, member=m)
+        # the launcher replaces the api_server module; every single-host argument stays, the group's follow
+        n = len(m["args"])
+        assert argv[:2] == ["p", LAUNCHER] and argv[2:-n] == single[3:] and argv[-n:] == m["args"]
+    assert "--headless" in server_argv(**args, member=follower) and "--headless" not in server_argv(**args, member=head)
+
+
+@pytest.mark.parametrize("change,needle", [
+    ({"launcher": None}, "give its absolute path"),
+    ({"launcher": "modelfleet-vllm-serve.py"}, "give its absolute path"),
+    ({"member": {"role": "worker", "args": []}}, "not one of group.members' entries"),
+    ({"member": {"role": "head", "args": ["--nnodes", 2]}}, "not one of group.members' entries"),
+    ({"member": "head"}, "not one of group.members' entries"),
+    ({"member": {"host": "gpu-02", "role": "headless", "args": ["--nnodes", "2"]}}, "disagree"),
+    ({"member": {"host": "gpu-01", "role": "head", "args": ["--headless"]}}, "disagree"),
+])
+def test_a_member_that_is_not_derived_is_refused(change, needle):
+    args = dict(python="p", model_dir="/m", profile=KIMI, plan=PLAN, host="127.0.0.1", port=8000, revision=REV,
+                launcher=LAUNCHER, member=_members()[1])
+    args.update(change)
+    with pytest.raises(ServeError, match=re.escape(needle)):
+        server_argv(**args)
+
+
 def test_non_loopback_with_key_is_fine():
     argv = server_argv(python="p", model_dir="/m", profile=KIMI, plan=PLAN, host="0.0.0.0", port=8000, revision=REV,
                        gpu_count=8, api_key_set=True)

@@ -80,8 +80,24 @@ def served_names(primary: str, aliases) -> list[str]:
 
 def server_argv(*, python: str, model_dir: str, profile: dict, plan: dict | None, host: str, port: int,
                 revision: str | None, gpu_count: int | None = None, api_key_set: bool = False,
-                aliases: list | None = None) -> list[str]:
+                aliases: list | None = None, member: dict | None = None, launcher: str | None = None) -> list[str]:
+    """The server's command line. With `member` (one entry of group.members: a multi-host group's head or headless
+    member), the group's launcher arguments are added and the server starts through `launcher` (the
+    vllm_service role's modelfleet-vllm-serve.py: vLLM's serve entry, the one that handles --headless)."""
     v = profile.get("vllm", {})
+    entry = ["-m", "vllm.entrypoints.openai.api_server"]
+    if member is not None:
+        if not isinstance(member, dict) or member.get("role") not in ("head", "headless") \
+                or not isinstance(member.get("args"), list) or not all(isinstance(a, str) for a in member["args"]):
+            raise ServeError(f"group member {member!r} is not one of group.members' entries (role head or "
+                             "headless, args a list of strings)")
+        if (member["role"] == "headless") != ("--headless" in member["args"]):
+            raise ServeError(f"group member {member.get('host')!r}: role {member['role']} and its arguments "
+                             f"{member['args']} disagree")
+        if not launcher or not posixpath.isabs(launcher):
+            raise ServeError("a group member starts through modelfleet-vllm-serve.py: give its absolute path "
+                             f"(launcher), got {launcher!r}")
+        entry = [launcher]
     names = served_names(profile["served_model_name"], aliases)
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535:
         raise ServeError(f"port {port!r} is not a TCP port (1-65535)")
@@ -94,7 +110,7 @@ def server_argv(*, python: str, model_dir: str, profile: dict, plan: dict | None
     if gpu_count is not None and gpu_count > 0 and tp > gpu_count:
         raise ServeError(f"tensor_parallel_size {tp} is larger than the {gpu_count} GPU(s) on this host")
     ep = (plan or {}).get("expert_parallel", v.get("expert_parallel") is True)
-    argv = [python, "-m", "vllm.entrypoints.openai.api_server",
+    argv = [python, *entry,
             "--model", model_dir,
             "--served-model-name", *names,
             "--host", host,
@@ -117,6 +133,8 @@ def server_argv(*, python: str, model_dir: str, profile: dict, plan: dict | None
     if v.get("reasoning_parser"):
         argv += ["--reasoning-parser", v["reasoning_parser"]]
     argv += list(v.get("extra_args") or [])
+    if member is not None:
+        argv += member["args"]
     return argv
 
 
