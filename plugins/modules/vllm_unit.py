@@ -57,6 +57,16 @@ options:
     type: list
     elements: str
     default: []
+  group_member:
+    description:
+      - This host's entry of a multi-host group (one of the C(group_members) filter's entries; issue 24), or
+        omitted for a single-host server. The member's vLLM arguments are added, its environment
+        (C(VLLM_HOST_IP), the socket interfaces) set, its peers' addresses allowed, and the server started
+        through I(launcher).
+    type: dict
+  launcher:
+    description: Absolute path of modelfleet-vllm-serve.py on the host (required with I(group_member)).
+    type: str
   extra_environment:
     description:
       - More variables for the server (vllm_service_environment). Names must match [A-Za-z_][A-Za-z0-9_]*,
@@ -95,7 +105,8 @@ environment: {description: "Every variable the unit sets, in order.", returned: 
 environment_lines: {description: "The Environment= values, quoted by systemd's rules.", returned: success, type: list, elements: str}
 read_only_paths: {description: "The ReadOnlyPaths= value (the model folder, quoted by systemd's rules).", returned: success, type: str}
 read_write_paths: {description: The ReadWritePaths= value (the cache folder)., returned: success, type: str}
-ip_address_allow: {description: IPAddressAllow= entries (loopback plus allowed_networks)., returned: success, type: list, elements: str}
+ip_address_allow: {description: "IPAddressAllow= entries (loopback, allowed_networks, a group member's peers).", returned: success, type: list, elements: str}
+group_role: {description: "head or headless for a group member; single otherwise.", returned: success, type: str}
 compile_cache_key:
   description: >-
     What a compile cache made by this server is valid for (vLLM version and command line less the listener and
@@ -147,25 +158,32 @@ def main():
             "extra_environment": {"type": "dict", "default": {}},
             "served_aliases": {"type": "list", "elements": "str", "default": []},
             "allowed_networks": {"type": "list", "elements": "str", "default": []},
+            "group_member": {"type": "dict"},
+            "launcher": {"type": "str"},
         },
         supports_check_mode=True,
     )
     p = module.params
+    member = p["group_member"] or None
     try:
         argv = server_argv(python=p["python"], model_dir=p["model_dir"], profile=p["profile"], plan=p["plan"],
                            host=p["host"], port=p["port"], revision=p["revision"], gpu_count=p["gpu_count"],
-                           api_key_set=p["api_key_set"], aliases=p["served_aliases"])
+                           api_key_set=p["api_key_set"], aliases=p["served_aliases"], member=member,
+                           launcher=p["launcher"])
         names = served_names(p["profile"]["served_model_name"], p["served_aliases"])
         unit = unit_name(p["profile"]["served_model_name"])
         path = unit_path(p["profile"]["served_model_name"])
         timeout = start_timeout_seconds(p["model_bytes"], p["load_bytes_per_s"], p["base_seconds"])
         check_api_key(p["api_key"])
-        env = unit_environment(p["cache_dir"], p["extra_environment"])
+        env = unit_environment(p["cache_dir"], {**p["extra_environment"], **((member or {}).get("environment") or {})})
         env_lines = [environment_assignment(k, v) for k, v in env.items()]
         exec_start = exec_lines(argv)
         ro_paths = path_setting(p["model_dir"], "model folder")
         rw_paths = path_setting(env["HOME"], "cache folder")
-        ip_allow = allowed_networks(p["host"], p["allowed_networks"])
+        # a member reaches its peers (and they it) on the group's addresses, its own included (the head's worker
+        # joins the store it serves on its own group address); nothing else beyond the listener's networks
+        group_addrs = [member["address"], *member.get("peers", [])] if member else []
+        ip_allow = allowed_networks(p["host"], p["allowed_networks"] + [a for a in dict.fromkeys(group_addrs) if a])
         cache_key = compile_cache_key(argv, vllm_version(p["python"]))
     except (ModelfleetError, KeyError) as e:
         module.fail_json(msg=f"vllm_unit: {e}")
@@ -173,7 +191,8 @@ def main():
                      timeout_start_seconds=timeout, command_line=" ".join(shlex.quote(a) for a in argv),
                      cache_dir=env["HOME"], environment=env, environment_lines=env_lines,
                      read_only_paths=ro_paths, read_write_paths=rw_paths, ip_address_allow=ip_allow,
-                     compile_cache_key=cache_key, compile_cache_dirs=list(COMPILE_CACHE_DIRS))
+                     compile_cache_key=cache_key, compile_cache_dirs=list(COMPILE_CACHE_DIRS),
+                     group_role=(member or {}).get("role", "single"))
 
 
 if __name__ == "__main__":

@@ -88,3 +88,45 @@ def test_unsafe_values_are_refused_before_anything_is_written(tmp_path, more, ne
     unit file is written (the role's later tasks - stop, install, start - never run)."""
     out = render(tmp_path, "nvidia", expect_ok=False, **more)
     assert needle in out and "Traceback" not in out
+
+
+@pytest.mark.parametrize("rank", [0, 1])
+def test_a_group_members_unit_starts_its_part_and_lets_only_the_group_in(tmp_path, rank):
+    """Issue 24: a member of a pipeline group of 2 (the group_members filter's entry, from the inventory's group
+    addresses and interface): vLLM's serve entry through the role's launcher, its rank's arguments, its address
+    and interface in the environment, the group's addresses (its own included) and nothing else beyond loopback
+    let through, and the whole control group killed with it. systemd-analyze verifies it."""
+    sys.path.insert(0, str(ROOT / "plugins" / "filter"))
+    from group import group_members
+
+    hostvars = {"g1": {"vllm_service_group_address": "10.9.0.1", "vllm_service_group_ifname": "ens5"},
+                "g2": {"vllm_service_group_address": "10.9.0.2", "vllm_service_group_ifname": "ens5"}}
+    plan = {"layout": "pp", "nodes": 2, "pipeline_parallel_size": 2}
+    member = group_members(plan, ["g1", "g2"], hostvars, 8000, 29500)[rank]
+    text = render(tmp_path, "nvidia", render_member=member)
+    flat = " ".join(text.replace("\\\n", " ").split())
+    assert "ExecStart=/usr/bin/python3 /opt/modelfleet/vllm-serve/modelfleet-vllm-serve.py --model" in flat
+    assert (f"--pipeline-parallel-size 2 --nnodes 2 --node-rank {rank} --master-addr 10.9.0.1 --master-port 29500"
+            in flat)
+    assert ("--headless" in flat) == (rank == 1)
+    for env in (f"VLLM_HOST_IP=10.9.0.{rank + 1}", "GLOO_SOCKET_IFNAME=ens5", "NCCL_SOCKET_IFNAME=ens5"):
+        assert f"Environment={env}" in text
+    allow = next(line for line in text.splitlines() if line.startswith("IPAddressAllow="))
+    assert "IPAddressDeny=any" in text and set(allow.split("=", 1)[1].split()) == {"localhost", "10.9.0.1/32",
+                                                                                   "10.9.0.2/32"}
+    assert "KillMode=control-group" in text
+    unit = tmp_path / "modelfleet-vllm@kimi-k2.5-nvidia.service"
+    v = subprocess.run(["systemd-analyze", "verify", str(unit)], capture_output=True, text=True)
+    assert v.returncode == 0, v.stderr
+
+
+def test_the_group_members_filter_refuses_what_the_inventory_does_not_give():
+    sys.path.insert(0, str(ROOT / "plugins" / "filter"))
+    from ansible.errors import AnsibleFilterError
+    from group import group_members
+
+    plan = {"layout": "pp", "nodes": 2, "pipeline_parallel_size": 2}
+    with pytest.raises(AnsibleFilterError, match=r"g2: no group address \(vllm_service_group_address\)"):
+        group_members(plan, ["g1", "g2"], {"g1": {"vllm_service_group_address": "10.9.0.1"}, "g2": {}}, 8000)
+    with pytest.raises(AnsibleFilterError, match="the layout needs 2 hosts and the group has 1"):
+        group_members(plan, ["g1"], {"g1": {"vllm_service_group_address": "10.9.0.1"}}, 8000)

@@ -176,3 +176,117 @@ def test_the_host_entry_point_runs_without_ansible_and_restarts_a_hung_unit(engi
     assert "failed (1 of 2 in a row)" in runs[0].stdout
     assert f"{unit}: restarting: 2 real completions failed in a row" in runs[1].stdout
     assert f"restart --no-block {unit}" in (tmp_path / "calls").read_text()
+
+
+# A headless member of a multi-host group: its probe is the connection its unit's processes hold to the head's
+# group port. Real sockets of this process, read back from the real /proc.
+
+def _tables():
+    out = []
+    for name in ("tcp", "tcp6"):
+        with open(f"/proc/net/{name}") as f:
+            out.append(f.read())
+    return out
+
+
+def _own_inodes():
+    import os
+
+    inodes = set()
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            target = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(int(target[8:-1]))
+    return inodes
+
+
+@pytest.mark.parametrize("family", ["ipv4", "ipv4-mapped"])
+def test_a_held_connection_to_the_head_is_seen_and_a_closed_one_is_not(family):
+    import socket
+
+    if family == "ipv4":
+        srv = socket.create_server(("127.0.0.1", 0))
+        cli = socket.create_connection(("127.0.0.1", srv.getsockname()[1]))
+    else:  # a dual-stack listener and an IPv6 client: /proc/net/tcp6 names the head ::ffff:127.0.0.1
+        srv = socket.create_server(("::", 0), family=socket.AF_INET6, dualstack_ipv6=True)
+        cli = socket.socket(socket.AF_INET6)
+        cli.connect(("::ffff:127.0.0.1", srv.getsockname()[1]))
+    port = srv.getsockname()[1]
+    conn, _ = srv.accept()
+    try:
+        assert wd.holds_connection(_tables(), _own_inodes(), "127.0.0.1", port)
+        assert not wd.holds_connection(_tables(), _own_inodes(), "127.0.0.1", port + 1 if port < 65535 else 1024)
+        assert not wd.holds_connection(_tables(), _own_inodes(), "192.0.2.1", port)
+        # only the unit's own sockets count: without the client's, what is left (the listener, the accepted side)
+        # does not point to the head's port
+        assert not wd.holds_connection(_tables(), _own_inodes() - {_inode_of(cli)}, "127.0.0.1", port)
+        conn.close()  # the head stops: the member's side leaves ESTABLISHED (CLOSE-WAIT)
+        srv.close()
+        deadline = time.monotonic() + 5
+        while wd.holds_connection(_tables(), _own_inodes(), "127.0.0.1", port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not wd.holds_connection(_tables(), _own_inodes(), "127.0.0.1", port)
+    finally:
+        cli.close()
+
+
+def _inode_of(sock):
+    import os
+
+    return os.fstat(sock.fileno()).st_ino
+
+
+def test_a_member_without_its_head_is_restarted_after_the_set_number_of_looks(tmp_path, monkeypatch):
+    """check() for a headless member: joined while its unit's processes hold the connection; once the head is gone,
+    `failures` looks in a row restart it. The unit's processes are found by their cgroup in a /proc tree (here a
+    copy naming this process's real socket under the unit's cgroup, beside a process of another unit holding the
+    same connection, which must not count)."""
+    import os
+    import socket
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    port = srv.getsockname()[1]
+    cli = socket.create_connection(("127.0.0.1", port))
+    conn, _ = srv.accept()
+    unit = "modelfleet-vllm@tiny.service"
+    proc = tmp_path / "proc"
+    for pid, cgroup, inode in (("101", f"/system.slice/system-x.slice/{unit}", _inode_of(cli)),
+                               ("102", f"/system.slice/{unit}/worker", 999999999),  # a sub-cgroup of the unit
+                               ("103", "/system.slice/other.service", _inode_of(cli))):
+        (proc / pid / "fd").mkdir(parents=True)
+        (proc / pid / "cgroup").write_text(f"0::{cgroup}\n")
+        os.symlink(f"socket:[{inode}]", proc / pid / "fd" / "3")
+    (proc / "self").mkdir()
+    assert wd.unit_socket_inodes(unit, proc=str(proc)) == {_inode_of(cli), 999999999}
+    assert wd.unit_socket_inodes("other.service", proc=str(proc)) == {_inode_of(cli)}
+    assert wd.unit_socket_inodes("tiny.service", proc=str(proc)) == set()  # a name's tail is not the unit
+    calls = []
+
+    def fake_run(argv, **kw):
+        calls.append(argv)
+        out = "ActiveState=active\nInvocationID=b1\nActiveEnterTimestampMonotonic=1\n" if argv[1] == "show" else ""
+        return type("R", (), {"stdout": out, "stderr": "", "returncode": 0})()
+
+    real_inodes = wd.unit_socket_inodes
+    monkeypatch.setattr(wd.subprocess, "run", fake_run)
+    monkeypatch.setattr(wd, "unit_socket_inodes", lambda u: real_inodes(u, proc=str(proc)))
+    cfg = {"unit": unit, "head": "127.0.0.1", "group_port": port, "failures": 2, "grace": 0}
+    said = []
+    pause = tmp_path / "pause"
+    pause.mkdir()
+    try:
+        assert wd.check(cfg, str(tmp_path), None, said.append, pause_dir=str(pause)) == "none"
+        assert said == []
+        conn.close()
+        srv.close()
+        time.sleep(0.2)
+        assert wd.check(cfg, str(tmp_path), None, said.append, pause_dir=str(pause)) == "none"
+        assert "1 of 2 in a row" in said[-1] and "no connection to the head's group port" in said[-1]
+        assert wd.check(cfg, str(tmp_path), None, said.append, pause_dir=str(pause)) == "restart"
+        assert ["systemctl", "restart", "--no-block", unit] in calls
+        assert "2 looks in a row found it out of its group" in said[-1]
+    finally:
+        cli.close()

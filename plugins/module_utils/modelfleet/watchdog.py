@@ -6,11 +6,20 @@ served unit described under /etc/modelfleet/watchdog/, one real completion of on
 look); `failures` failures in a row restart the unit, with the reason in the journal and in the unit's state file.
 
 `decide` is the rule (pure, unit-tested); `check` is the glue for one unit (systemctl, the probe, the state file).
+
+A headless member of a multi-host group (issue 24) serves no HTTP: its probe is whether the unit's own processes
+still hold an established TCP connection to the head's group port (the rendezvous store the head's worker serves;
+`holds_connection`, read from /proc). Measured with vLLM 0.32 CPU: when the head stops, that connection is closed
+(the follower's side sits in CLOSE-WAIT, no error is logged) and the follower never joins a restarted head, so it
+is restarted; a follower restarted while the old head still runs joins its store and hangs, the head's completions
+fail, the head's own watchdog restarts it, and the follower follows. Each host judges only what it can see, and the
+group restarts as a whole without one host reaching into another.
 A unit that is not active is left alone (stopped on purpose, or systemd is restarting it); one started less than `grace`
 seconds ago that has not answered yet is starting, not failing (its start budget, TimeoutStartSec, is the grace)."""
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import os
 import subprocess
@@ -94,26 +103,106 @@ def paused(unit: str, pause_dir: str = PAUSE_DIR, now: float | None = None) -> b
     return until > (time.time() if now is None else now)
 
 
+def _tcp_address(hexaddr: str) -> tuple[ipaddress._BaseAddress, int]:
+    """An address of /proc/net/tcp{,6} ("0100007F:1F90"): host byte order per 32-bit word, the port big-endian.
+    IPv4-mapped IPv6 addresses (a dual-stack listener's peers) are given as IPv4."""
+    host, port = hexaddr.split(":")
+    raw = bytes.fromhex(host)
+    raw = b"".join(raw[i:i + 4][::-1] for i in range(0, len(raw), 4))
+    ip = ipaddress.ip_address(raw)
+    if ip.version == 6 and ip.ipv4_mapped:
+        ip = ip.ipv4_mapped
+    return ip, int(port, 16)
+
+
+def holds_connection(tables: list[str], inodes: set[int], address: str, port: int) -> bool:
+    """Whether one of the sockets `inodes` is an ESTABLISHED TCP connection to address:port, read from the text of
+    /proc/net/tcp and /proc/net/tcp6 (`tables`). Pure: the unit's socket inodes come from `unit_socket_inodes`."""
+    want = ipaddress.ip_address(address)
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            f = line.split()
+            if len(f) < 10 or f[3] != "01":  # 01: ESTABLISHED
+                continue
+            try:
+                inode = int(f[9])
+                remote = _tcp_address(f[2])
+            except ValueError:
+                continue
+            if inode in inodes and remote == (want, port):
+                return True
+    return False
+
+
+def unit_socket_inodes(unit: str, proc: str = "/proc") -> set[int]:
+    """The socket inodes every process of the unit's control group holds (a worker whose parent died is still in
+    the group: KillMode=control-group). A process belongs to the unit when its cgroup (v2, /proc/<pid>/cgroup) is
+    the unit's or below it; read from /proc, not /sys/fs/cgroup, whose root differs inside a cgroup namespace."""
+    inodes = set()
+    for pid in os.listdir(proc):
+        if not pid.isdigit():
+            continue
+        try:
+            with open(f"{proc}/{pid}/cgroup") as f:
+                paths = [line.split(":", 2)[2].strip() for line in f if line.startswith("0::")]
+            if not any(p.endswith("/" + unit) or f"/{unit}/" in p for p in paths):
+                continue
+            fds = os.listdir(f"{proc}/{pid}/fd")
+        except (OSError, IndexError):
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(f"{proc}/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if target.startswith("socket:["):
+                inodes.add(int(target[8:-1]))
+    return inodes
+
+
+def _follower_probe(cfg: dict) -> tuple[bool, str]:
+    tables = []
+    for name in ("tcp", "tcp6"):
+        try:
+            with open(f"/proc/net/{name}") as f:
+                tables.append(f.read())
+        except OSError:
+            pass
+    head = f"{cfg['head']}:{cfg['group_port']}"
+    if holds_connection(tables, unit_socket_inodes(cfg["unit"]), cfg["head"], int(cfg["group_port"])):
+        return True, f"joined: connected to the head {head}"
+    return False, f"not joined: no connection to the head's group port {head} (the head stopped or restarted)"
+
+
 def check(cfg: dict, state_dir: str, look, log, pause_dir: str = PAUSE_DIR) -> str:
     """One look at one unit described by cfg {unit, url, served_name, env_file, prompt, timeout, failures, grace},
-    probing with `look` (readiness.look) and saying what it finds with `log`; returns the action taken."""
+    probing with `look` (readiness.look) and saying what it finds with `log`; returns the action taken. A headless
+    group member is described by {unit, head, group_port, failures, grace} instead: its probe is its connection
+    to the head (`holds_connection`)."""
     unit = cfg["unit"]
     path = os.path.join(state_dir, unit + ".json")
     state = _load(path)
     last_restart = state.get("last_restart")
     info = _show(unit)
     state, action = decide(state, info, None, int(cfg["failures"]), float(cfg["grace"]), paused(unit, pause_dir))
+    follower = "head" in cfg
     if action == "probe":
-        stage, detail, _text = look(cfg["url"], cfg["served_name"], _api_key(cfg.get("env_file", "")),
-                                    prompt=cfg.get("prompt") or "Hello", max_tokens=1,
-                                    completion_timeout=float(cfg["timeout"]))
-        ok = stage == "ready"
-        state, action = decide(state, info, (ok, f"{stage}: {detail}"), int(cfg["failures"]), float(cfg["grace"]))
+        if follower:
+            ok, detail = _follower_probe(cfg)
+            what = "a look at its connection to the group's head"
+        else:
+            stage, detail, _text = look(cfg["url"], cfg["served_name"], _api_key(cfg.get("env_file", "")),
+                                        prompt=cfg.get("prompt") or "Hello", max_tokens=1,
+                                        completion_timeout=float(cfg["timeout"]))
+            ok, detail = stage == "ready", f"{stage}: {detail}"
+            what = "a 1-token completion"
+        state, action = decide(state, info, (ok, detail), int(cfg["failures"]), float(cfg["grace"]))
         if not ok and state.get("failures"):
-            log(f"{unit}: a 1-token completion failed ({state['failures']} of {cfg['failures']} in a row): "
-                f"{detail}")
+            log(f"{unit}: {what} failed ({state['failures']} of {cfg['failures']} in a row): {detail}")
     if action == "restart":
-        why = (f"{state['failures']} real completions failed in a row ({cfg['timeout']} s allowed each; "
+        why = (f"{state['failures']} looks in a row found it out of its group (last: {state['last_failure']})"
+               if follower else
+               f"{state['failures']} real completions failed in a row ({cfg['timeout']} s allowed each; "
                f"last: {state['last_failure']})")
         log(f"{unit}: restarting: {why}")
         r = subprocess.run(["systemctl", "restart", "--no-block", unit], capture_output=True, text=True, check=False)

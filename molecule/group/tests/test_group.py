@@ -1,0 +1,146 @@
+"""The group after: tiny-llama served as one pipeline-parallel group of 2 (group-1 the head, group-2 headless), a
+broken profile rolled back on both members, and kill -9 of the headless member's main process recovered by the
+hosts' own watchdogs (the group restarted as a whole)."""
+
+import json
+import os
+import time
+
+import pytest
+
+UNIT = "modelfleet-vllm@tiny-llama.service"
+UNIT_PATH = f"/etc/systemd/system/{UNIT}"
+PORT = 18551
+ADDRESS = {"group-1": "192.0.2.81", "group-2": "192.0.2.82"}
+GROUP_PORT = 29651
+EPHEMERAL = os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "")
+PROMPT = "The fleet of hosts"
+
+
+def _figure(text):
+    """Printed, and kept in .cache/molecule-group-figures.txt (scripts/test.sh prints it in the report)."""
+    print(text)
+    folder = os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), ".cache")
+    if os.path.isdir(folder):
+        with open(os.path.join(folder, "molecule-group-figures.txt"), "a") as f:
+            f.write(text + "\n")
+
+
+def _name(host):
+    return host.backend.get_hostname()
+
+
+def _other(host, name):
+    return host.get_host(f"ansible://{name}", ansible_inventory=host.backend.ansible_inventory
+                         or os.environ.get("MOLECULE_INVENTORY_FILE"))
+
+
+def _head_only(host):
+    if _name(host) != "group-1":
+        pytest.skip("a group-wide check: run once, from the head")
+
+
+def _complete(host, timeout=60, max_tokens=12):
+    body = json.dumps({"model": "tiny-llama", "prompt": PROMPT, "max_tokens": max_tokens, "temperature": 0})
+    return host.run(f"curl -sS -m {timeout} -o /tmp/answer.json -w '%{{http_code}}' -H 'Content-Type: "
+                    f"application/json' -d '{body}' http://127.0.0.1:{PORT}/v1/completions")
+
+
+def _invocation(host):
+    return host.run(f"systemctl show {UNIT} -p InvocationID --value").stdout.strip()
+
+
+def test_each_member_runs_its_part_of_the_group(host):
+    name = _name(host)
+    unit = host.file(UNIT_PATH).content_string
+    assert host.service(UNIT).is_running
+    assert "/opt/modelfleet/vllm-serve/modelfleet-vllm-serve.py" in unit  # vLLM's serve entry: it handles --headless
+    rank = "0" if name == "group-1" else "1"
+    for want in ("--pipeline-parallel-size 2", "--nnodes 2", f"--node-rank {rank}", "--master-addr 192.0.2.81",
+                 f"--master-port {GROUP_PORT}"):
+        assert want in " ".join(unit.replace("\\\n", " ").split()), (want, unit)
+    assert ("--headless" in unit) == (name == "group-2")
+    assert f"Environment=VLLM_HOST_IP={ADDRESS[name]}" in unit
+    assert "KillMode=control-group" in unit
+    allow = next(line for line in unit.splitlines() if line.startswith("IPAddressAllow="))
+    assert set(allow.split("=", 1)[1].split()) == {"localhost", "192.0.2.81/32", "192.0.2.82/32"}
+    desc = json.loads(host.file("/etc/modelfleet/watchdog/tiny-llama.json").content_string)
+    if name == "group-2":  # no HTTP here: watched by its connection to the head's group port
+        assert desc["head"] == "192.0.2.81" and desc["group_port"] == GROUP_PORT and "url" not in desc
+    else:
+        assert desc["url"] == f"http://127.0.0.1:{PORT}"
+
+
+def test_only_the_head_serves_http(host):
+    """The hosts share one network: the listener is seen from both, but only the head's processes hold it (ss names
+    a holder only for processes in the host's own PID namespace)."""
+    served = host.run(f"ss -Htlnp 'sport = :{PORT}'").stdout
+    assert served.strip(), "nothing listens on the group's port"
+    assert ("pid=" in served) == (_name(host) == "group-1"), served
+
+
+def test_the_group_answers_as_the_single_host_did(host):
+    _head_only(host)
+    with open(os.path.join(EPHEMERAL, "reference.json")) as f:
+        reference = json.load(f)
+    out = _complete(host)
+    assert out.stdout == "200", out.stdout + out.stderr
+    text = json.loads(host.file("/tmp/answer.json").content_string)["choices"][0]["text"]
+    assert text == reference["text"]
+    _figure(f"group of 2 (pipeline parallel) answers as one host: {text!r}")
+
+
+def test_a_broken_profile_was_rolled_back_on_every_member(host):
+    said = host.file("/root/broken-deploy.txt").content_string
+    assert "rolled back to" in said and "modelfleet-vllm@tiny-llama.service (previous unit)" in said, said
+    unit = " ".join(host.file(UNIT_PATH).content_string.replace("\\\n", " ").split())
+    assert "--max-model-len 1024" in unit and "4096" not in unit
+
+
+def test_kill_9_of_the_headless_members_main_process_restarts_the_group_as_a_whole(host):
+    """The issue's failure mode: the headless member's main process killed; its unit takes the worker with it
+    (KillMode=control-group) and starts again, but a follower cannot join a running group: the head's /health
+    stays 200 while a completion hangs. The head's watchdog restarts the head (real completions failed), the
+    follower's watchdog restarts the follower (its connection to the head's store closed), and the group serves."""
+    _head_only(host)
+    follower = _other(host, "group-2")
+    head_before, follower_before = _invocation(host), _invocation(follower)
+    assert _complete(host).stdout == "200"
+    main = follower.run(f"systemctl show {UNIT} -p MainPID --value").stdout.strip()
+    assert main and main != "0"
+    t0 = time.monotonic()
+    follower.run(f"kill -9 {main}")
+    # systemd starts the follower again (Restart=); meanwhile the head still says it is healthy
+    deadline = time.monotonic() + 120
+    while _invocation(follower) == follower_before and time.monotonic() < deadline:
+        time.sleep(1)
+    assert _invocation(follower) != follower_before, "systemd did not restart the killed member"
+    health = host.run(f"curl -s -o /dev/null -w '%{{http_code}}' -m 10 http://127.0.0.1:{PORT}/health").stdout
+    hung = _complete(host, timeout=15, max_tokens=1)
+    assert health == "200" and hung.stdout != "200", (health, hung.stdout)  # healthy by /health, generating nothing
+    deadline = time.monotonic() + 600
+    while _invocation(host) == head_before and time.monotonic() < deadline:
+        time.sleep(2)
+    head_restart = time.monotonic() - t0
+    assert _invocation(host) != head_before, ("the head's watchdog did not restart it", host.run(
+        "journalctl -u modelfleet-watchdog.service --no-pager -o cat -n 20").stdout)
+    served = None
+    while time.monotonic() < deadline:
+        if _complete(host, timeout=30).stdout == "200":
+            served = time.monotonic() - t0
+            break
+        time.sleep(5)
+    head_log = host.run("journalctl -u modelfleet-watchdog.service --no-pager -o cat").stdout
+    follower_log = follower.run("journalctl -u modelfleet-watchdog.service --no-pager -o cat").stdout
+    assert served is not None, (head_log[-2000:], follower_log[-2000:])
+    assert f"{UNIT}: restarting: 2 real completions failed in a row" in head_log
+    assert f"{UNIT}: restarting: 2 looks in a row found it out of its group" in follower_log, follower_log[-2000:]
+    with open(os.path.join(EPHEMERAL, "reference.json")) as f:
+        assert json.loads(host.file("/tmp/answer.json").content_string)["choices"][0]["text"] == json.load(f)["text"]
+    _figure(f"kill -9 of the headless member: head restarted by its watchdog after {head_restart:.0f} s, the group "
+            f"served again after {served:.0f} s (it was ready in {_ready(host)} s the first time on one host)")
+
+
+def _ready(host):
+    with open(os.path.join(EPHEMERAL, "reference.json")) as f:
+        return json.load(f).get("ready_seconds")
