@@ -1,0 +1,53 @@
+"""Issue 24: a multi-host group is deployed as one. The vllm_service role's preflight (its first task, before
+anything is computed, stopped or written) refuses a host that is not one of vllm_service_group_members, and a
+group one of whose members is not in the run (failed earlier or not targeted), naming the members and the fix."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import group
+
+from tests.conftest import ROOT
+
+pytestmark = [pytest.mark.integration]
+
+PLAN = {"layout": "pp", "nodes": 2, "pipeline_parallel_size": 2}
+
+
+def _run(tmp_path, members):
+    play = tmp_path / "play.yml"
+    play.write_text(json.dumps([{
+        "hosts": "localhost", "gather_facts": False,
+        "tasks": [{"name": "Preflight of a group member", "ansible.builtin.include_role": {
+            "name": "modelfleet.fleet.vllm_service", "tasks_from": "preflight"}}],
+        "vars": {"vllm_service_group_members": members, "vllm_service_model_dir": str(tmp_path / "model"),
+                 "vllm_service_profile": {"served_model_name": "tiny", "repo_id": "x/tiny",
+                                          "vllm": {"max_model_len": 1024}},
+                 "ansible_python_interpreter": sys.executable}}]))
+    env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+    r = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play)], capture_output=True,
+                       text=True, env=env, timeout=120)
+    return r.returncode, r.stdout + r.stderr
+
+
+@pytest.mark.parametrize("hosts, needles", [
+    (["ghost-1", "ghost-2"], ["this host is not a member of vllm_service_group_members (ghost-1, ghost-2)",
+                              "group_members filter"]),
+    (["localhost", "ghost-2"], ["the group's members ghost-2 are not in this run",
+                                "a group is deployed as one, so nothing was stopped or changed here"]),
+])
+def test_a_group_is_refused_unless_every_member_is_in_the_run(tmp_path, hosts, needles):
+    members = group.members(PLAN, [{"host": h, "address": f"10.9.0.{i + 1}"} for i, h in enumerate(hosts)],
+                            http_port=8000)
+    rc, out = _run(tmp_path, members)
+    assert rc == 2, out[-3000:]
+    flat = " ".join(out.split())
+    for n in needles:
+        assert n in flat, flat[-3000:]
+    assert "Traceback" not in out
+    assert "Compute and validate the server command line" not in out  # refused first, before anything else
