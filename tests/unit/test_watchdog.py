@@ -190,17 +190,7 @@ def _tables():
 
 
 def _own_inodes():
-    import os
-
-    inodes = set()
-    for fd in os.listdir("/proc/self/fd"):
-        try:
-            target = os.readlink(f"/proc/self/fd/{fd}")
-        except OSError:
-            continue
-        if target.startswith("socket:["):
-            inodes.add(int(target[8:-1]))
-    return inodes
+    return wd.socket_inodes("/proc/self/fd")
 
 
 @pytest.mark.parametrize("family", ["ipv4", "ipv4-mapped"])

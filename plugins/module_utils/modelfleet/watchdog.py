@@ -145,19 +145,28 @@ def unit_socket_inodes(unit: str, proc: str = "/proc") -> set[int]:
         try:
             with open(f"{proc}/{pid}/cgroup") as f:
                 paths = [line.split(":", 2)[2].strip() for line in f if line.startswith("0::")]
-            if not any(p.endswith("/" + unit) or f"/{unit}/" in p for p in paths):
-                continue
-            fds = os.listdir(f"{proc}/{pid}/fd")
         except (OSError, IndexError):
             continue
-        for fd in fds:
-            try:
-                target = os.readlink(f"{proc}/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if target.startswith("socket:["):
-                inodes.add(int(target[8:-1]))
+        if any(p.endswith("/" + unit) or f"/{unit}/" in p for p in paths):
+            inodes |= socket_inodes(f"{proc}/{pid}/fd")
     return inodes
+
+
+def socket_inodes(fd_dir: str) -> set[int]:
+    """The socket inodes among one process's open files (its /proc/<pid>/fd folder)."""
+    try:
+        fds = os.listdir(fd_dir)
+    except OSError:
+        return set()
+    out = set()
+    for fd in fds:
+        try:
+            target = os.readlink(f"{fd_dir}/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            out.add(int(target[8:-1]))
+    return out
 
 
 def _follower_probe(cfg: dict) -> tuple[bool, str]:
