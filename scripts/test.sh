@@ -220,4 +220,7 @@ summary_line() {
               END { printf "pytest: %d passed, %d failed, %d skipped\n", p, x, s }'
 }
 summary_line
+# the steps' times once more, last: a CI that keeps only the output's tail keeps them (where a slow run's time went)
+[ -s "$root/.cache/test-timings" ] && printf 'times: %s\n' "$(sed -E 's/^(.*) ([0-9]+)$/\1 \2 s/' "$root/.cache/test-timings" \
+  | paste -sd ';' | sed 's/;/; /g'), total $(( $(date +%s) - setup_start )) s"
 [ "$shared_rc" = 0 ] && [ "$excl_rc" = 0 ]

@@ -108,6 +108,25 @@ def _metric(url: str, name: str) -> float:
     return total
 
 
+def test_wait_http_counts_only_the_time_the_machine_is_not_shared():
+    """The exclusive tests' vLLM starts beside another lane: the seconds spent beside it do not use up the start-up's
+    limit, and a server that never answers still fails once the limit has run in a quiet machine."""
+    import time
+
+    from modelfleet.harness.servers import free_port, wait_http
+
+    url = f"http://127.0.0.1:{free_port()}/"  # nothing listens there
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"not ready .* after 1 s \(") as plain:
+        wait_http(url, 1, what="nothing")
+    assert 1 <= time.monotonic() - t0 < 3, plain.value
+    shared_until = time.monotonic() + 3
+    t0 = time.monotonic()
+    with pytest.raises(RuntimeError, match=r"after 1 s, [2-5] s more beside other work"):
+        wait_http(url, 1, what="nothing", shared=lambda: time.monotonic() < shared_until)
+    assert 3.5 <= time.monotonic() - t0 < 7  # about 3 s shared, then the 1 s limit
+
+
 # with the benchmark client's truth checks, last and alone: they share one vLLM server (one start for both)
 @pytest.mark.exclusive
 @pytest.mark.xdist_group("bench")

@@ -17,7 +17,7 @@ import pytest
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import group, vllm_unit
 
 from modelfleet.harness.servers import VLLM_VENV, free_port, vllm_env
-from tests.conftest import ROOT
+from tests.conftest import ROOT, lo_addresses
 
 pytestmark = [pytest.mark.integration, pytest.mark.exclusive, pytest.mark.xdist_group("bench")]
 
@@ -40,17 +40,8 @@ def _greedy(url, model):
 
 @pytest.fixture
 def addresses():
-    if os.geteuid() != 0:
-        pytest.skip("adding the members' addresses to lo needs root")
-    added = []
-    try:
-        for a in ADDRESSES:
-            subprocess.run(["ip", "addr", "add", f"{a}/32", "dev", "lo"], check=True, capture_output=True)
-            added.append(a)
-        yield ADDRESSES
-    finally:
-        for a in added:
-            subprocess.run(["ip", "addr", "del", f"{a}/32", "dev", "lo"], check=False, capture_output=True)
+    with lo_addresses(*ADDRESSES) as a:
+        yield a
 
 
 def test_a_pipeline_group_of_two_started_from_the_derived_commands_answers_as_one_host(vllm_server, tiny_model,
