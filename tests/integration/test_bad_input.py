@@ -254,6 +254,13 @@ MODULES = [
      ("'twelve' is not MAJOR.MINOR",)),
     ("environment_gates", {"host": "gpu-01", "accelerator": "tpu"}, ("accelerator", "nvidia, cpu")),
     ("venv_probe", {"pins": ["vllm==0.19.1"]}, ("python",)),
+    ("vllm_group_check", {"python": "/p", "host": "c", "members": [
+        {"host": "a", "rank": 0, "address": "10.0.0.1", "ports": [29501]},
+        {"host": "b", "rank": 1, "address": "10.0.0.2", "ports": [29501]}]},
+     (r"c is not a member of the group \(a, b\)", "group_members filter", "nothing was stopped")),
+    ("vllm_group_check", {"python": "/p", "host": "a", "port": 29501, "members": [
+        {"host": "a", "rank": 0, "address": "10.0.0.1", "ports": [29501]}]},
+     ("the group's own port", "vllm_service_group_check_port")),
     ("environment_gates", {"host": "gpu-01", "gpu_facts": {"gpu_count": 8, "compute_capabilities": ["12.0"]},
                            "profile": "@kimi", "vllm_version": "0.9.0"}, ("vLLM 0.9.0 does not satisfy",)),
 ]

@@ -12,7 +12,7 @@ import sys
 import pytest
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import group
 
-from tests.conftest import ROOT
+from tests.conftest import ROOT, lo_addresses
 
 pytestmark = [pytest.mark.integration]
 
@@ -51,3 +51,41 @@ def test_a_group_is_refused_unless_every_member_is_in_the_run(tmp_path, hosts, n
         assert n in flat, flat[-3000:]
     assert "Traceback" not in out
     assert "Compute and validate the server command line" not in out  # refused first, before anything else
+
+
+def test_the_network_preflight_runs_on_every_member_at_once_and_refuses_an_unreachable_head(tmp_path):
+    """The role's network check (vllm_group_check, started asynchronously on every member, then awaited): two members
+    on this machine, the head's address on no interface, so the other member cannot reach it - every member fails
+    with the head's address and port before the command line is even computed."""
+    from modelfleet.harness.servers import VLLM_VENV, free_port
+
+    py = VLLM_VENV / "bin" / "python"
+    if not py.exists():
+        pytest.skip("the vLLM CPU venv is missing (scripts/setup.sh --vllm)")
+    with lo_addresses("192.0.2.76"):
+        hosts = [{"host": "m0", "address": "192.0.2.99"}, {"host": "m1", "address": "192.0.2.76"}]
+        members = group.members(PLAN, hosts, http_port=8000, group_port=free_port())
+        inv = tmp_path / "hosts.yml"
+        inv.write_text(json.dumps({"all": {"hosts": {"m0": {}, "m1": {}}, "vars": {
+            "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}))
+        play = tmp_path / "play.yml"
+        play.write_text(json.dumps([{
+            "hosts": "all", "gather_facts": False,
+            "tasks": [{"name": "Preflight of a group member", "ansible.builtin.include_role": {
+                "name": "modelfleet.fleet.vllm_service", "tasks_from": "preflight"}}],
+            "vars": {"vllm_service_group_members": members, "vllm_service_model_dir": str(tmp_path / "model"),
+                     "vllm_service_python": str(py), "vllm_service_group_check_timeout": 5,
+                     "vllm_service_profile": {"served_model_name": "tiny", "repo_id": "x/tiny",
+                                              "vllm": {"max_model_len": 1024}}}}]))
+        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
+        r = subprocess.run(["ansible-playbook", "-i", str(inv), str(play)], capture_output=True, text=True,
+                           env=env, timeout=180)
+    out = r.stdout + r.stderr
+    flat = " ".join(out.split())
+    assert r.returncode == 2, out[-3000:]
+    port = members[0]["ports"][0] + 1
+    for rank, host in enumerate(("m0", "m1")):
+        assert (f"{host} (rank {rank} of 2): the members did not all meet at the head's 192.0.2.99:{port} within 5 s"
+                in flat), flat[-3000:]
+    assert "nothing was stopped" in flat
+    assert "Compute and validate the server command line" not in out

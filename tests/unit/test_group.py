@@ -91,11 +91,25 @@ def test_members_of_a_data_parallel_group(kimi):
     ([HOSTS[0], {"host": "gpu-a", "address": "10.0.0.2"}], None, "distinct host name"),
     (HOSTS, 8000, "other than the HTTP port 8000"),
     (HOSTS, 80, "must be a free port in 1024-65535"),
+    # the interface goes into the unit's Environment=: a newline there would add directives, run as root
+    ([HOSTS[0], {"host": "gpu-b", "address": "10.0.0.2", "ifname": "eth0\nExecStartPre=/bin/sh -c id"}], None,
+     r"gpu-b: group interface 'eth0\\nExecStartPre=/bin/sh -c id' \(vllm_service_group_ifname\) is not an interface"),
+    ([HOSTS[0], {"host": "gpu-b", "address": "10.0.0.2", "ifname": "a-name-longer-than-15"}], None,
+     "is not an interface name"),
+    ([HOSTS[0], {"host": "gpu-b", "address": "10.0.0.2", "ifname": "^docker"}], None, "is not an interface name"),
 ])
 def test_what_cannot_be_derived_is_refused(kimi, hosts, port, needle):
     p = layout(kimi, [H100_HOST] * 2)
     with pytest.raises(PlanError, match=needle):
         members(p, hosts, http_port=8000, group_port=port)
+
+
+def test_interface_names_and_lists_pass_through_to_both_socket_variables(kimi):
+    p = layout(kimi, [H100_HOST] * 2)
+    for name in ("ens8f0", "ib0.8001", "eth0:1", "ens8f0,ens8f1"):
+        m = members(p, [HOSTS[0], {"host": "gpu-b", "address": "10.0.0.2", "ifname": name}], http_port=8000)
+        assert m[1]["environment"] == {"VLLM_HOST_IP": "10.0.0.2", "GLOO_SOCKET_IFNAME": name,
+                                       "NCCL_SOCKET_IFNAME": name}
 
 
 def test_a_single_host_plan_has_no_members(kimi):

@@ -71,6 +71,16 @@ def test_each_member_runs_its_part_of_the_group(host):
         assert desc["url"] == f"http://127.0.0.1:{PORT}"
 
 
+def test_the_network_preflight_met_every_member_and_measured_an_all_reduce(host):
+    """Before anything was stopped, each member met the other at the head's group port + 1 (the running group holds
+    its own port during a redeploy) and ran gloo all-reduces - the backend vLLM CPU's workers use."""
+    net = json.loads(host.file("/root/group-network.json").content_string)
+    assert (net["backend"], net["device"], net["world"], net["bytes"]) == ("gloo", "cpu", 2, 64 * 2**20), net
+    assert net["busbw_bytes_per_s"] > 0 and net["iterations"] == 5
+    _figure(f"network preflight on {_name(host)}: gloo all-reduce of 64 MiB over 2 members, median "
+            f"{net['median_seconds'] * 1000:.1f} ms, bus bandwidth {net['busbw_bytes_per_s'] / 1e6:.0f} MB/s")
+
+
 def test_only_the_head_serves_http(host):
     """The hosts share one network: the listener is seen from both, but only the head's processes hold it (ss names
     a holder only for processes in the host's own PID namespace)."""

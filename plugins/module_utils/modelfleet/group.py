@@ -13,6 +13,7 @@ inventory, and refuses what it cannot derive instead of guessing."""
 from __future__ import annotations
 
 import ipaddress
+import re
 
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import PlanError
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.planner import gpus_from_facts, plan
@@ -121,6 +122,23 @@ def _address(m: dict) -> str:
     return str(ip)
 
 
+# the private segment's interface, as GLOO_SOCKET_IFNAME and NCCL_SOCKET_IFNAME both take it: a Linux interface
+# name (1-15 characters) or a comma list of them; never blanks, quotes or control characters (the value goes
+# into the unit's Environment=). NCCL's own '^'/'=' marks are not gloo's, so they are not accepted here.
+IFNAME = re.compile(r"^[A-Za-z0-9_.:-]{1,15}(,[A-Za-z0-9_.:-]{1,15})*\Z")
+
+
+def _ifname(h: dict) -> str | None:
+    name = h.get("ifname")
+    if name in (None, ""):
+        return None
+    if not isinstance(name, str) or not IFNAME.match(name):
+        raise PlanError(f"{h.get('host', '?')}: group interface {name!r} (vllm_service_group_ifname) is not an "
+                        "interface name: give the private segment's interface as `ip link` names it (e.g. ens8f0; "
+                        "up to 15 letters, digits or . _ - :, several separated by commas)")
+    return name
+
+
 def members(p: dict, hosts: list[dict], http_port: int, group_port: int | None = None) -> list[dict]:
     """Each member of the group of plan `p` (layout pp or dp): {host, rank, role (head | headless), address, args
     (vLLM arguments beyond the single-host ones), environment, peers (the other members' addresses), ports (the
@@ -147,8 +165,9 @@ def members(p: dict, hosts: list[dict], http_port: int, group_port: int | None =
     out = []
     for r, (h, addr) in enumerate(zip(hosts, addrs, strict=True)):
         env = {"VLLM_HOST_IP": addr}
-        if h.get("ifname"):
-            env.update(GLOO_SOCKET_IFNAME=h["ifname"], NCCL_SOCKET_IFNAME=h["ifname"])
+        ifname = _ifname(h)
+        if ifname:
+            env.update(GLOO_SOCKET_IFNAME=ifname, NCCL_SOCKET_IFNAME=ifname)
         if kind == "pp":
             args = ["--pipeline-parallel-size", str(p["pipeline_parallel_size"]), "--nnodes", str(n),
                     "--node-rank", str(r), "--master-addr", head, "--master-port", str(port)]
