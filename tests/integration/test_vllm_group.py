@@ -1,4 +1,5 @@
-"""One model across two members (issue 24): real vLLM (CPU) as a pipeline-parallel group of 2, each member started
+"""One model across two members (issue 24): real vLLM (CPU) as a group of 2 - pipeline parallel, and data parallel
+with a headless rank - each member started
 with the command line modelfleet derives for it (group.members, then vllm_unit.server_argv through the role's
 serve launcher) and the member's environment - the head serving HTTP, the other --headless. The members are two
 processes on this machine, on two addresses of the documentation range (192.0.2.0/24) added to `lo` for the test:
@@ -6,6 +7,7 @@ group.members refuses loopback addresses, as a real group's must be reachable fr
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -14,15 +16,16 @@ import time
 import urllib.request
 
 import pytest
-from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import group, vllm_unit
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import group, vllm_unit, watchdog
 
 from modelfleet.harness.servers import VLLM_VENV, free_port, vllm_env
 from tests.conftest import ROOT, lo_addresses
 
-pytestmark = [pytest.mark.integration, pytest.mark.exclusive, pytest.mark.xdist_group("bench")]
+pytestmark = pytest.mark.integration
 
 LAUNCHER = ROOT / "roles" / "vllm_service" / "files" / "modelfleet-vllm-serve.py"
 ADDRESSES = ("192.0.2.71", "192.0.2.72")
+DP_ADDRESSES = ("192.0.2.68", "192.0.2.69")
 PROMPT = "The fleet of hosts"
 
 
@@ -38,16 +41,12 @@ def _greedy(url, model):
     return out["choices"][0]["text"]
 
 
-@pytest.fixture
-def addresses():
-    with lo_addresses(*ADDRESSES) as a:
-        yield a
-
-
-def test_a_pipeline_group_of_two_started_from_the_derived_commands_answers_as_one_host(vllm_server, tiny_model,
-                                                                                        addresses, tmp_path):
+@contextlib.contextmanager
+def _group(layout, model_dir, addresses, tmp_path):
+    """The members of a group of two on this machine, each started from the command line modelfleet derives for it
+    and its environment; yields (url, members, processes) once the head answers, and kills both after."""
     port = free_port()
-    plan = {"layout": "pp", "nodes": 2, "pipeline_parallel_size": 2}
+    plan = {"layout": layout, "nodes": 2, "pipeline_parallel_size": 2 if layout == "pp" else 1}
     members = group.members(plan, [{"host": "m0", "address": addresses[0]}, {"host": "m1", "address": addresses[1]}],
                             http_port=port, group_port=free_port())
     profile = {"served_model_name": "tiny-llama", "vllm": {"max_model_len": 1024}}
@@ -55,7 +54,7 @@ def test_a_pipeline_group_of_two_started_from_the_derived_commands_answers_as_on
     procs = []
     try:
         for m in members:
-            argv = vllm_unit.server_argv(python=py, model_dir=str(tiny_model), profile=profile, plan=None,
+            argv = vllm_unit.server_argv(python=py, model_dir=str(model_dir), profile=profile, plan=None,
                                          host="127.0.0.1", port=port, revision=None, member=m,
                                          launcher=str(LAUNCHER))
             env = {**vllm_env(), **m["environment"]}
@@ -77,17 +76,74 @@ def test_a_pipeline_group_of_two_started_from_the_derived_commands_answers_as_on
             except OSError:
                 time.sleep(2)
         assert ready is not None, (tmp_path / "head.log").read_text()[-3000:]
-        print(f"pipeline group of 2 ready in {ready:.0f} s")
-        # the head serves, the headless member holds the second half of the layers: both stages answered it, and
-        # greedy decoding gives what one host gives
-        assert "--headless" in procs[1][0].args
-        assert "pipeline_parallel_size=2" in (tmp_path / "head.log").read_text()
-        follower = (tmp_path / "headless.log").read_text()
-        assert "headless multiproc executor" in follower and "world_size=2 rank=1" in follower, follower[-3000:]
-        assert _greedy(url, "tiny-llama") == _greedy(vllm_server.url, "tiny-llama")
+        print(f"{layout} group of 2 ready in {ready:.0f} s")
+        yield url, members, [p for p, _l in procs]
     finally:
         for p, log in procs:
             if p.poll() is None:
                 os.killpg(p.pid, signal.SIGKILL)
             p.wait(30)
             log.close()
+
+
+def _process_group_sockets(pgid):
+    inodes = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if os.getpgid(int(pid)) == pgid:
+                inodes |= watchdog.socket_inodes(f"/proc/{pid}/fd")
+        except (ProcessLookupError, PermissionError):
+            continue
+    return inodes
+
+
+def _tcp_tables():
+    out = []
+    for name in ("tcp", "tcp6"):
+        with open(f"/proc/net/{name}") as f:
+            out.append(f.read())
+    return out
+
+
+@pytest.mark.exclusive
+@pytest.mark.xdist_group("bench")
+def test_a_pipeline_group_of_two_started_from_the_derived_commands_answers_as_one_host(vllm_server, tiny_model,
+                                                                                        tmp_path):
+    with lo_addresses(*ADDRESSES) as addresses, _group("pp", tiny_model, addresses, tmp_path) as (url, members, procs):
+        # the head serves, the headless member holds the second half of the layers: both stages answered it, and
+        # greedy decoding gives what one host gives
+        assert "--headless" in procs[1].args
+        assert "pipeline_parallel_size=2" in (tmp_path / "head.log").read_text()
+        follower = (tmp_path / "headless.log").read_text()
+        assert "headless multiproc executor" in follower and "world_size=2 rank=1" in follower, follower[-3000:]
+        assert _greedy(url, "tiny-llama") == _greedy(vllm_server.url, "tiny-llama")
+        # the headless member's watchdog probe finds it joined (its store connection to the head's group port)
+        cfg = {"head": members[0]["address"], "group_port": members[0]["ports"][0]}
+        assert watchdog.follower_joined(_tcp_tables(), _process_group_sockets(procs[1].pid), cfg)[0]
+
+
+def test_a_data_parallel_group_with_a_headless_rank_serves_from_both_ranks(tiny_model, tmp_path):
+    """Data parallel (a whole copy per host, one API at the head, the other rank --headless): both ranks answer
+    requests, identically at temperature 0, and the headless rank's watchdog probe finds it joined although it holds
+    no connection to the group's (rpc) port once the group is up - only to ports the head picked at start."""
+    with lo_addresses(*DP_ADDRESSES) as addresses, _group("dp", tiny_model, addresses, tmp_path) as (url, members,
+                                                                                                    procs):
+        assert "--data-parallel-start-rank" in procs[1].args and "--headless" in procs[1].args
+        answers = {_greedy(url, "tiny-llama") for _ in range(8)}
+        assert len(answers) == 1, answers
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as r:
+            metrics = r.read().decode()
+        served = {}
+        for line in metrics.splitlines():
+            if line.startswith("vllm:request_success_total{"):
+                engine = line.split('engine="', 1)[1].split('"', 1)[0]
+                served[engine] = served.get(engine, 0) + float(line.rsplit(" ", 1)[1])
+        assert set(served) == {"0", "1"} and all(n > 0 for n in served.values()), served
+        assert sum(served.values()) >= 8, served
+        head, rpc_port = members[0]["address"], members[0]["ports"][0]
+        inodes = _process_group_sockets(procs[1].pid)
+        tables = _tcp_tables()
+        joined, said = watchdog.follower_joined(tables, inodes, {"head": head, "group_port": rpc_port})
+        assert joined, said
+        print(f"data parallel: requests per engine {served}; the headless rank holds a connection to its rpc port: "
+              f"{watchdog.holds_connection(tables, inodes, head, rpc_port)}")

@@ -208,8 +208,10 @@ def test_a_held_connection_to_the_head_is_seen_and_a_closed_one_is_not(family):
     conn, _ = srv.accept()
     try:
         assert wd.holds_connection(_tables(), _own_inodes(), "127.0.0.1", port)
+        assert wd.holds_connection(_tables(), _own_inodes(), "127.0.0.1")  # any port of the head
         assert not wd.holds_connection(_tables(), _own_inodes(), "127.0.0.1", port + 1 if port < 65535 else 1024)
         assert not wd.holds_connection(_tables(), _own_inodes(), "192.0.2.1", port)
+        assert not wd.holds_connection(_tables(), _own_inodes(), "192.0.2.1")
         # only the unit's own sockets count: without the client's, what is left (the listener, the accepted side)
         # does not point to the head's port
         assert not wd.holds_connection(_tables(), _own_inodes() - {_inode_of(cli)}, "127.0.0.1", port)
@@ -219,6 +221,7 @@ def test_a_held_connection_to_the_head_is_seen_and_a_closed_one_is_not(family):
         while wd.holds_connection(_tables(), _own_inodes(), "127.0.0.1", port) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not wd.holds_connection(_tables(), _own_inodes(), "127.0.0.1", port)
+        assert not wd.holds_connection(_tables(), {_inode_of(cli)}, "127.0.0.1")
     finally:
         cli.close()
 
@@ -274,7 +277,7 @@ def test_a_member_without_its_head_is_restarted_after_the_set_number_of_looks(tm
         srv.close()
         time.sleep(0.2)
         assert wd.check(cfg, str(tmp_path), None, said.append, pause_dir=str(pause)) == "none"
-        assert "1 of 2 in a row" in said[-1] and "no connection to the head's group port" in said[-1]
+        assert "1 of 2 in a row" in said[-1] and "no connection to the head 127.0.0.1 (group port" in said[-1]
         assert wd.check(cfg, str(tmp_path), None, said.append, pause_dir=str(pause)) == "restart"
         assert ["systemctl", "restart", "--no-block", unit] in calls
         assert "2 looks in a row found it out of its group" in said[-1]

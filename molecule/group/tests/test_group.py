@@ -65,7 +65,7 @@ def test_each_member_runs_its_part_of_the_group(host):
     allow = next(line for line in unit.splitlines() if line.startswith("IPAddressAllow="))
     assert set(allow.split("=", 1)[1].split()) == {"localhost", "192.0.2.81/32", "192.0.2.82/32"}
     desc = json.loads(host.file("/etc/modelfleet/watchdog/tiny-llama.json").content_string)
-    if name == "group-2":  # no HTTP here: watched by its connection to the head's group port
+    if name == "group-2":  # no HTTP here: watched by its connection to the head
         assert desc["head"] == "192.0.2.81" and desc["group_port"] == GROUP_PORT and "url" not in desc
     else:
         assert desc["url"] == f"http://127.0.0.1:{PORT}"

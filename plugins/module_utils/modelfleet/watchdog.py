@@ -8,12 +8,14 @@ look); `failures` failures in a row restart the unit, with the reason in the jou
 `decide` is the rule (pure, unit-tested); `check` is the glue for one unit (systemctl, the probe, the state file).
 
 A headless member of a multi-host group (issue 24) serves no HTTP: its probe is whether the unit's own processes
-still hold an established TCP connection to the head's group port (the rendezvous store the head's worker serves;
-`holds_connection`, read from /proc). Measured with vLLM 0.32 CPU: when the head stops, that connection is closed
-(the follower's side sits in CLOSE-WAIT, no error is logged) and the follower never joins a restarted head, so it
-is restarted; a follower restarted while the old head still runs joins its store and hangs, the head's completions
-fail, the head's own watchdog restarts it, and the follower follows. Each host judges only what it can see, and the
-group restarts as a whole without one host reaching into another.
+still hold an established TCP connection to the head's address (`holds_connection`, read from /proc): a pipeline
+member's to the rendezvous store on the group port and to the head's message queues, a data-parallel rank's to
+ports the head picked at start - measured with vLLM 0.32 CPU, a data-parallel rank holds no connection to the
+group (rpc) port once the group is up, so a rule on that port alone would restart it forever. When the head stops,
+those connections are closed (the follower's side sits in CLOSE-WAIT, no error is logged) and the follower never
+joins a restarted head, so it is restarted; a follower restarted while the old head still runs joins its store
+and hangs, the head's completions fail, the head's own watchdog restarts it, and the follower follows. Each host
+judges only what it can see, and the group restarts as a whole without one host reaching into another.
 A unit that is not active is left alone (stopped on purpose, or systemd is restarting it); one started less than `grace`
 seconds ago that has not answered yet is starting, not failing (its start budget, TimeoutStartSec, is the grace)."""
 
@@ -115,9 +117,10 @@ def _tcp_address(hexaddr: str) -> tuple[ipaddress._BaseAddress, int]:
     return ip, int(port, 16)
 
 
-def holds_connection(tables: list[str], inodes: set[int], address: str, port: int) -> bool:
-    """Whether one of the sockets `inodes` is an ESTABLISHED TCP connection to address:port, read from the text of
-    /proc/net/tcp and /proc/net/tcp6 (`tables`). Pure: the unit's socket inodes come from `unit_socket_inodes`."""
+def holds_connection(tables: list[str], inodes: set[int], address: str, port: int | None = None) -> bool:
+    """Whether one of the sockets `inodes` is an ESTABLISHED TCP connection to `address` (on `port`, or on any port
+    when None), read from the text of /proc/net/tcp and /proc/net/tcp6 (`tables`). Pure: the unit's socket inodes
+    come from `unit_socket_inodes`."""
     want = ipaddress.ip_address(address)
     for table in tables:
         for line in table.splitlines()[1:]:
@@ -126,10 +129,10 @@ def holds_connection(tables: list[str], inodes: set[int], address: str, port: in
                 continue
             try:
                 inode = int(f[9])
-                remote = _tcp_address(f[2])
+                ip, rport = _tcp_address(f[2])
             except ValueError:
                 continue
-            if inode in inodes and remote == (want, port):
+            if inode in inodes and ip == want and (port is None or rport == port):
                 return True
     return False
 
@@ -169,6 +172,17 @@ def socket_inodes(fd_dir: str) -> set[int]:
     return out
 
 
+def follower_joined(tables: list[str], inodes: set[int], cfg: dict) -> tuple[bool, str]:
+    """A headless member's probe, pure: (joined, what was found) from the /proc/net/tcp{,6} texts and the member's
+    socket inodes. Any port of the head counts: a pipeline member holds the head's store (the group port) and its
+    message queues, a data-parallel rank only connections to ports the head picked at start (its rpc port serves
+    the handshake and is closed once the group is up)."""
+    if holds_connection(tables, inodes, cfg["head"]):
+        return True, f"joined: connected to the head {cfg['head']}"
+    return False, (f"not joined: no connection to the head {cfg['head']} (group port {cfg['group_port']}; the head "
+                   "stopped or restarted)")
+
+
 def _follower_probe(cfg: dict) -> tuple[bool, str]:
     tables = []
     for name in ("tcp", "tcp6"):
@@ -177,10 +191,7 @@ def _follower_probe(cfg: dict) -> tuple[bool, str]:
                 tables.append(f.read())
         except OSError:
             pass
-    head = f"{cfg['head']}:{cfg['group_port']}"
-    if holds_connection(tables, unit_socket_inodes(cfg["unit"]), cfg["head"], int(cfg["group_port"])):
-        return True, f"joined: connected to the head {head}"
-    return False, f"not joined: no connection to the head's group port {head} (the head stopped or restarted)"
+    return follower_joined(tables, unit_socket_inodes(cfg["unit"]), cfg)
 
 
 def check(cfg: dict, state_dir: str, look, log, pause_dir: str = PAUSE_DIR) -> str:
