@@ -19,19 +19,22 @@ pytestmark = [pytest.mark.integration]
 PLAN = {"layout": "pp", "nodes": 2, "pipeline_parallel_size": 2}
 
 
-def _run(tmp_path, members):
+def _run(tmp_path, members, hosts=("localhost",), **extra_vars):
+    """The role's preflight on `hosts` (each a local connection on this machine), as one play."""
+    inv = tmp_path / "hosts.yml"
+    inv.write_text(json.dumps({"all": {"hosts": {h: {} for h in hosts}, "vars": {
+        "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}))
     play = tmp_path / "play.yml"
     play.write_text(json.dumps([{
-        "hosts": "localhost", "gather_facts": False,
+        "hosts": "all", "gather_facts": False,
         "tasks": [{"name": "Preflight of a group member", "ansible.builtin.include_role": {
             "name": "modelfleet.fleet.vllm_service", "tasks_from": "preflight"}}],
         "vars": {"vllm_service_group_members": members, "vllm_service_model_dir": str(tmp_path / "model"),
                  "vllm_service_profile": {"served_model_name": "tiny", "repo_id": "x/tiny",
-                                          "vllm": {"max_model_len": 1024}},
-                 "ansible_python_interpreter": sys.executable}}]))
+                                          "vllm": {"max_model_len": 1024}}, **extra_vars}}]))
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    r = subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play)], capture_output=True,
-                       text=True, env=env, timeout=120)
+    r = subprocess.run(["ansible-playbook", "-i", str(inv), str(play)], capture_output=True, text=True, env=env,
+                       timeout=180)
     return r.returncode, r.stdout + r.stderr
 
 
@@ -65,24 +68,10 @@ def test_the_network_preflight_runs_on_every_member_at_once_and_refuses_an_unrea
     with lo_addresses("192.0.2.76"):
         hosts = [{"host": "m0", "address": "192.0.2.99"}, {"host": "m1", "address": "192.0.2.76"}]
         members = group.members(PLAN, hosts, http_port=8000, group_port=free_port())
-        inv = tmp_path / "hosts.yml"
-        inv.write_text(json.dumps({"all": {"hosts": {"m0": {}, "m1": {}}, "vars": {
-            "ansible_connection": "local", "ansible_python_interpreter": sys.executable}}}))
-        play = tmp_path / "play.yml"
-        play.write_text(json.dumps([{
-            "hosts": "all", "gather_facts": False,
-            "tasks": [{"name": "Preflight of a group member", "ansible.builtin.include_role": {
-                "name": "modelfleet.fleet.vllm_service", "tasks_from": "preflight"}}],
-            "vars": {"vllm_service_group_members": members, "vllm_service_model_dir": str(tmp_path / "model"),
-                     "vllm_service_python": str(py), "vllm_service_group_check_timeout": 5,
-                     "vllm_service_profile": {"served_model_name": "tiny", "repo_id": "x/tiny",
-                                              "vllm": {"max_model_len": 1024}}}}]))
-        env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-        r = subprocess.run(["ansible-playbook", "-i", str(inv), str(play)], capture_output=True, text=True,
-                           env=env, timeout=180)
-    out = r.stdout + r.stderr
+        rc, out = _run(tmp_path, members, hosts=("m0", "m1"), vllm_service_python=str(py),
+                       vllm_service_group_check_timeout=5)
     flat = " ".join(out.split())
-    assert r.returncode == 2, out[-3000:]
+    assert rc == 2, out[-3000:]
     port = members[0]["ports"][0] + 1
     for rank, host in enumerate(("m0", "m1")):
         assert (f"{host} (rank {rank} of 2): the members did not all meet at the head's 192.0.2.99:{port} within 5 s"

@@ -107,6 +107,33 @@ def test_a_broken_profile_was_rolled_back_on_every_member(host):
     assert "--max-model-len 1024" in unit and "4096" not in unit
 
 
+def test_the_group_also_served_as_data_parallel_with_a_headless_rank(host):
+    """side_effect deployed the same hosts as data parallel (a whole copy each, the other rank --headless), then the
+    pipeline group again: both engines answered the head's requests with the single host's text, and the headless
+    rank's watchdog found it joined - it holds no connection to the group (rpc) port once up, only to ports the
+    head picked."""
+    _head_only(host)
+    follower = _other(host, "group-2")
+    unit = " ".join(follower.file("/root/dp-unit.service").content_string.replace("\\\n", " ").split())
+    for want in ("--data-parallel-size 2", "--data-parallel-address 192.0.2.81",
+                 f"--data-parallel-rpc-port {GROUP_PORT}", "--data-parallel-start-rank 1", "--headless"):
+        assert want in unit, (want, unit)
+    dp = json.loads(host.file("/root/dp.json").content_string)
+    with open(os.path.join(EPHEMERAL, "reference.json")) as f:
+        reference = json.load(f)["text"]
+    assert dp["answers"] and set(dp["answers"]) == {reference}, dp["answers"]
+    served = {}
+    for line in dp["served"]:
+        engine = line.split('engine="', 1)[1].split('"', 1)[0]
+        served[engine] = served.get(engine, 0) + float(line.rsplit(" ", 1)[1])
+    assert set(served) == {"0", "1"} and all(n > 0 for n in served.values()), served
+    judged = json.loads(follower.file("/root/dp-follower.json").content_string)
+    assert judged.get("answered") is True and judged.get("failures") == 0, judged
+    assert judged.get("invocation") == judged["unit_invocation"], judged
+    _figure(f"data parallel over the two hosts: {len(dp['answers'])} greedy answers, the single host's text, "
+            f"requests per engine {served}; the headless rank's watchdog found it joined")
+
+
 def test_kill_9_of_the_headless_members_main_process_restarts_the_group_as_a_whole(host):
     """The issue's failure mode: the headless member's main process killed; its unit takes the worker with it
     (KillMode=control-group) and starts again, but a follower cannot join a running group: the head's /health
