@@ -36,7 +36,7 @@ def _start(members, host, **kw):
 
 
 def _result(proc):
-    out, _ = proc.communicate(timeout=180)
+    out, _ = proc.communicate(timeout=300)
     res = json.loads(out[out.index("{"):])["plays"][0]["tasks"][0]["hosts"]["localhost"]
     return proc.returncode, res
 

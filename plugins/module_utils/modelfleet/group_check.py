@@ -62,6 +62,9 @@ print(json.dumps(out))
 """
 
 BACKENDS = ("auto", "gloo", "nccl")
+# what the check may take besides its rendezvous timeout: importing torch (and CUDA) on a loaded host, the
+# collectives themselves (the role's async limit is the timeout + this + a margin)
+START_SECONDS = 120
 
 
 def check_port(members: list[dict], port: int = 0) -> int:
@@ -137,7 +140,7 @@ def failure(s: dict, host: str, rc: int | None, output: str) -> str:
            "hosts, the interface in vllm_service_group_ifname) and that every member of the group is in this run")
     if rc is None:
         return (f"{host} (rank {s['rank']} of {s['world']}): the group check did not end within "
-                f"{s['timeout'] + 30} s; {fix}")
+                f"{s['timeout'] + START_SECONDS} s; {fix}")
     if "No module named 'torch'" in text:
         return f"{host}: the serving venv has no torch, so the group cannot be checked or served; install vLLM first"
     if "address already in use" in text.lower() or "EADDRINUSE" in text:
@@ -161,7 +164,7 @@ def run(python: str, s: dict) -> tuple[int | None, str]:
     env = dict(os.environ, **s["environment"])
     try:
         p = subprocess.run([python, "-c", CHECK_CODE, json.dumps(s)], capture_output=True, text=True,
-                           timeout=s["timeout"] + 30, env=env, check=False)
+                           timeout=s["timeout"] + START_SECONDS, env=env, check=False)
     except subprocess.TimeoutExpired as e:
         out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
         return None, out
