@@ -7,6 +7,8 @@
 #                                real containers), no molecule scenario; a few minutes once set-up is done
 #   MODELFLEET_SCENARIOS="smoke" scripts/test.sh    only these molecule scenarios ("" for none)
 #   MODELFLEET_PYTEST_WORKERS=N  pytest-xdist workers (default 2; 0 runs pytest in one process)
+#   MODELFLEET_GROUP_DATA_PARALLEL=1  molecule/group also deploys its hosts as a data-parallel group (about 8 more
+#                                minutes beside molecule/fleet; off by default, docs/testing.md)
 # Arguments after the options go to pytest.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
