@@ -97,14 +97,6 @@ def _process_group_sockets(pgid):
     return inodes
 
 
-def _tcp_tables():
-    out = []
-    for name in ("tcp", "tcp6"):
-        with open(f"/proc/net/{name}") as f:
-            out.append(f.read())
-    return out
-
-
 @pytest.mark.exclusive
 @pytest.mark.xdist_group("bench")
 def test_a_pipeline_group_of_two_started_from_the_derived_commands_answers_as_one_host(vllm_server, tiny_model,
@@ -119,7 +111,7 @@ def test_a_pipeline_group_of_two_started_from_the_derived_commands_answers_as_on
         assert _greedy(url, "tiny-llama") == _greedy(vllm_server.url, "tiny-llama")
         # the headless member's watchdog probe finds it joined (its store connection to the head's group port)
         cfg = {"head": members[0]["address"], "group_port": members[0]["ports"][0]}
-        assert watchdog.follower_joined(_tcp_tables(), _process_group_sockets(procs[1].pid), cfg)[0]
+        assert watchdog.follower_joined(watchdog.tcp_tables(), _process_group_sockets(procs[1].pid), cfg)[0]
 
 
 def test_a_data_parallel_group_with_a_headless_rank_serves_from_both_ranks(tiny_model, tmp_path):
@@ -142,7 +134,7 @@ def test_a_data_parallel_group_with_a_headless_rank_serves_from_both_ranks(tiny_
         assert sum(served.values()) >= 8, served
         head, rpc_port = members[0]["address"], members[0]["ports"][0]
         inodes = _process_group_sockets(procs[1].pid)
-        tables = _tcp_tables()
+        tables = watchdog.tcp_tables()
         joined, said = watchdog.follower_joined(tables, inodes, {"head": head, "group_port": rpc_port})
         assert joined, said
         print(f"data parallel: requests per engine {served}; the headless rank holds a connection to its rpc port: "

@@ -13,6 +13,7 @@ Pure except `run`, which starts the venv's python with CHECK_CODE."""
 from __future__ import annotations
 
 import json
+import os
 import statistics
 import subprocess
 
@@ -159,8 +160,6 @@ def failure(s: dict, host: str, rc: int | None, output: str) -> str:
 
 def run(python: str, s: dict) -> tuple[int | None, str]:
     """Run CHECK_CODE with the venv's python and the member's environment; (exit code or None on time-out, output)."""
-    import os
-
     env = dict(os.environ, **s["environment"])
     try:
         p = subprocess.run([python, "-c", CHECK_CODE, json.dumps(s)], capture_output=True, text=True,

@@ -183,15 +183,20 @@ def follower_joined(tables: list[str], inodes: set[int], cfg: dict) -> tuple[boo
                    "stopped or restarted)")
 
 
-def _follower_probe(cfg: dict) -> tuple[bool, str]:
+def tcp_tables(proc: str = "/proc") -> list[str]:
+    """The texts of /proc/net/tcp and /proc/net/tcp6 (one missing, as without IPv6, is left out)."""
     tables = []
     for name in ("tcp", "tcp6"):
         try:
-            with open(f"/proc/net/{name}") as f:
+            with open(f"{proc}/net/{name}") as f:
                 tables.append(f.read())
         except OSError:
             pass
-    return follower_joined(tables, unit_socket_inodes(cfg["unit"]), cfg)
+    return tables
+
+
+def _follower_probe(cfg: dict) -> tuple[bool, str]:
+    return follower_joined(tcp_tables(), unit_socket_inodes(cfg["unit"]), cfg)
 
 
 def check(cfg: dict, state_dir: str, look, log, pause_dir: str = PAUSE_DIR) -> str:
