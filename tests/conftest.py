@@ -49,21 +49,29 @@ def property_examples(n: int) -> int:
     mutant with a fraction of them; every other run uses n)."""
     scale = float(os.environ.get("MODELFLEET_PROPERTY_SCALE") or 1)
     return max(10, int(n * scale))
+
+
 @contextlib.contextmanager
 def lo_addresses(*addresses: str):
     """Add addresses of the documentation range to `lo` for a test (a group's members must have non-loopback
-    addresses) and remove them after; skips without root."""
+    addresses) and remove them after; skips without root. Each address is held under an exclusive file lock for
+    the test's length, so two tests that use the same address (on two xdist workers) take turns instead of one
+    failing on the other's `ip addr add` ("File exists") or losing its address when the other removes it; an
+    address left on `lo` by a killed run is taken over (`ip addr replace`)."""
+    import fcntl
+    import tempfile
+
     if os.geteuid() != 0:
         pytest.skip("adding group addresses to lo needs root")
-    added = []
-    try:
+    with contextlib.ExitStack() as stack:
+        for a in sorted(set(addresses)):  # one order for every test: two tests never wait on each other in a ring
+            lock = stack.enter_context(open(Path(tempfile.gettempdir()) / f"modelfleet-lo-{a}.lock", "w"))
+            fcntl.flock(lock, fcntl.LOCK_EX)
         for a in addresses:
-            subprocess.run(["ip", "addr", "add", f"{a}/32", "dev", "lo"], check=True, capture_output=True)
-            added.append(a)
+            subprocess.run(["ip", "addr", "replace", f"{a}/32", "dev", "lo"], check=True, capture_output=True)
+            stack.callback(subprocess.run, ["ip", "addr", "del", f"{a}/32", "dev", "lo"], check=False,
+                           capture_output=True)
         yield addresses
-    finally:
-        for a in added:
-            subprocess.run(["ip", "addr", "del", f"{a}/32", "dev", "lo"], check=False, capture_output=True)
 
 
 TINY_REPO = "modelfleet-test/tiny-llama"

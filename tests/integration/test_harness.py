@@ -11,7 +11,7 @@ import pytest
 from huggingface_hub import HfApi, snapshot_download
 from huggingface_hub.errors import RemoteEntryNotFoundError, RepositoryNotFoundError, RevisionNotFoundError
 
-from tests.conftest import TINY_REPO
+from tests.conftest import TINY_REPO, lo_addresses
 
 
 def test_tiny_model_is_deterministic(tmp_path, tiny_model):
@@ -130,6 +130,41 @@ def test_wait_http_counts_only_the_time_the_machine_is_not_shared():
 # with the benchmark client's truth checks, last and alone: they share one vLLM server (one start for both)
 @pytest.mark.exclusive
 @pytest.mark.xdist_group("bench")
+def _on_lo(address: str) -> bool:
+    import subprocess
+
+    out = subprocess.run(["ip", "-o", "addr", "show", "dev", "lo"], capture_output=True, text=True, check=True).stdout
+    return f" {address}/32 " in out
+
+
+def test_two_tests_holding_the_same_group_address_take_turns():
+    """Two xdist workers ran two tests with the same members' addresses at once: the second `ip addr add` failed
+    ("File exists") and erred its test (CI, ad23349). The second holder now waits for the first, and the address
+    is on `lo` for each holder's whole time and gone after both."""
+    import threading
+    import time
+
+    address = "192.0.2.80"
+    events, first_in = [], threading.Event()
+
+    def hold(name):
+        with lo_addresses(address):
+            events.append((name, "in", _on_lo(address)))
+            first_in.set()
+            time.sleep(0.5)
+            events.append((name, "out", _on_lo(address)))
+
+    a = threading.Thread(target=hold, args=("a",))
+    a.start()
+    first_in.wait(10)
+    b = threading.Thread(target=hold, args=("b",))
+    b.start()
+    a.join(10)
+    b.join(10)
+    assert events == [("a", "in", True), ("a", "out", True), ("b", "in", True), ("b", "out", True)], events
+    assert not _on_lo(address)
+
+
 def test_vllm_cpu_streams_a_completion_and_counts_tokens(vllm_server):
     from modelfleet.harness.servers import client_cpus, server_cpus
 
