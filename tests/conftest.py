@@ -177,6 +177,22 @@ def _wait_for_quiet_machine() -> None:
         time.sleep(1)
 
 
+def exclusive_problems(items) -> list[str]:
+    """The tests that use the shared vLLM server (`vllm_server`) without the `exclusive` mark: in the shared step
+    they would start it beside every other test, where its start-up ran out of time (CI, 6c0ebca: a helper placed
+    between a test and its decorators took the mark away)."""
+    return [item.nodeid for item in items
+            if "vllm_server" in getattr(item, "fixturenames", ()) and item.get_closest_marker("exclusive") is None]
+
+
+def pytest_collection_modifyitems(config, items):
+    problems = exclusive_problems(items)
+    if problems:
+        raise pytest.UsageError("these tests use the shared vLLM server (vllm_server) and are not marked "
+                                f"@pytest.mark.exclusive: {', '.join(problems)}; mark them (scripts/test.sh runs "
+                                "exclusive tests last, alone, with that server)")
+
+
 BAD_INPUT_AREAS = {"test_cli": "CLI", "test_module": "modules run as modules", "test_fleet_file": "fleet files",
                    "test_profile": "profiles", "test_unit_rendering": "unit rendering"}
 

@@ -127,9 +127,6 @@ def test_wait_http_counts_only_the_time_the_machine_is_not_shared():
     assert 3.5 <= time.monotonic() - t0 < 7  # about 3 s shared, then the 1 s limit
 
 
-# with the benchmark client's truth checks, last and alone: they share one vLLM server (one start for both)
-@pytest.mark.exclusive
-@pytest.mark.xdist_group("bench")
 def _on_lo(address: str) -> bool:
     import subprocess
 
@@ -165,6 +162,9 @@ def test_two_tests_holding_the_same_group_address_take_turns():
     assert not _on_lo(address)
 
 
+# with the benchmark client's truth checks, last and alone: they share one vLLM server (one start for both)
+@pytest.mark.exclusive
+@pytest.mark.xdist_group("bench")
 def test_vllm_cpu_streams_a_completion_and_counts_tokens(vllm_server):
     from modelfleet.harness.servers import client_cpus, server_cpus
 
