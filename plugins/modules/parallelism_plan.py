@@ -44,6 +44,16 @@ options:
     description: Fail when the weights do not fit.
     type: bool
     default: true
+  group_gpus:
+    description:
+      - The GPU facts of every member of a multi-host replica (the head first; all alike). With O(multi_host), the
+        plan is the replica's (pipeline or data parallel across the hosts, TP within each) and a layout that
+        cannot hold the model fails, naming what would.
+    type: list
+    elements: dict
+  multi_host:
+    description: The replica's layout (C(pp) or C(dp)) and C(nodes), as the fleet file declares it (C(modelfleet_serving_group)).
+    type: dict
 attributes:
   platform:
     platforms: posix
@@ -67,12 +77,14 @@ EXAMPLES = r"""
 RETURN = r"""
 plan:
   description: tensor_parallel_size, expert_parallel, weight_bytes_per_gpu, kv_bytes_per_token, kv_tokens_capacity,
-    max_concurrency, reasons, warnings, fits, formulas, and the inputs used.
+    max_concurrency, reasons, warnings, fits, formulas, and the inputs used; for a replica also layout, nodes,
+    pipeline_parallel_size and data_parallel_size.
   returned: always
   type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import group
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import ModelfleetError
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.planner import plan
 
@@ -87,13 +99,21 @@ def main():
             "output_len": {"type": "int", "default": 1024},
             "overhead_bytes": {"type": "int", "default": 3 * 2**30},
             "require_fit": {"type": "bool", "default": True},
+            "group_gpus": {"type": "list", "elements": "dict"},
+            "multi_host": {"type": "dict"},
         },
+        required_together=[("group_gpus", "multi_host")],
         supports_check_mode=True,
     )
     p = module.params
     try:
-        result = plan(p["checkpoint"], p["gpus"], p["profile"], input_len=p["input_len"],
-                      output_len=p["output_len"], overhead_bytes=p["overhead_bytes"])
+        if p["multi_host"]:
+            result = group.layout(p["checkpoint"], p["group_gpus"], group.layout_request(p["profile"], p["multi_host"]),
+                                  input_len=p["input_len"], output_len=p["output_len"],
+                                  overhead_bytes=p["overhead_bytes"])
+        else:
+            result = plan(p["checkpoint"], p["gpus"], p["profile"], input_len=p["input_len"],
+                          output_len=p["output_len"], overhead_bytes=p["overhead_bytes"])
     except ModelfleetError as e:
         module.fail_json(msg=str(e))
     if p["require_fit"] and not result["fits"]:

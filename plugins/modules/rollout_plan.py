@@ -43,6 +43,12 @@ options:
     description: The failed share of a batch that stops the rollout when there is no rollout.
     type: int
     default: 0
+  serving:
+    description: Host name to its multi-host replica (C(modelfleet_serving_group), as the fleet inventory plugin
+      publishes it; null for a host that serves alone). A replica's hosts go into one batch (C(serial) counts
+      replicas), and a run that targets some of its hosts but not all is refused.
+    type: dict
+    default: {}
 attributes:
   platform:
     platforms: posix
@@ -87,6 +93,7 @@ def main():
             "profile": {"type": "str"},
             "default_serial": {"type": "raw"},
             "default_max_fail_percentage": {"type": "int", "default": 0},
+            "serving": {"type": "dict", "default": {}},
         },
         supports_check_mode=True,
     )
@@ -96,7 +103,7 @@ def main():
         serial = int(serial)
     try:
         result = deploy_plan(p["declared"], p["rollout"], p["canary"], p["profile"] or None, serial,
-                             p["default_max_fail_percentage"])
+                             p["default_max_fail_percentage"], serving=p["serving"])
     except ModelfleetError as e:
         module.fail_json(msg=str(e))
     module.exit_json(changed=False, plan=result)

@@ -16,6 +16,10 @@ Shape:
         connection: {...}
         vars: {...}
         endpoint: {host: gpu-01, port: 8080}   # one address for the group's replicas (a host of this file)
+        multi_host: {layout: pp, nodes: 2, port: 29501}  # one model over several hosts (docs/multi-host.md): the
+                                        # hosts, in file order, make replicas of `nodes` hosts each, the first the
+                                        # head; each host names its private-segment address in
+                                        # vars.vllm_service_group_address
         hosts:
           <host>: {address: 10.0.0.11, port: 22, user: root, gpu: {...}, models_root: ..., vars: {...}}
     rollout:
@@ -44,7 +48,9 @@ PLUGIN_NAMES = ("modelfleet.fleet.fleet", "fleet")
 TOP_KEYS = {"plugin", "models_root", "connection", "vars", "groups", "rollout", "gpu", "profile",
             "compose", "keyed_groups", "conditional_groups", "strict", "cache", "profiles_dir", "cache_plugin",
             "cache_timeout", "cache_connection", "cache_prefix", "leading_separator", "use_extra_vars"}
-GROUP_KEYS = {"profile", "gpu", "models_root", "connection", "vars", "hosts", "endpoint"}
+GROUP_KEYS = {"profile", "gpu", "models_root", "connection", "vars", "hosts", "endpoint", "multi_host"}
+MULTI_HOST_KEYS = {"layout", "nodes", "port"}
+MULTI_HOST_LAYOUTS = ("pp", "dp")
 ENDPOINT_KEYS = {"host", "port", "model"}
 HOST_KEYS = {"address", "port", "user", "gpu", "models_root", "connection", "vars", "profile"}
 GPU_KEYS = {"kind", "count", "memory_gib", "interconnect"}
@@ -168,6 +174,68 @@ def _percentage(v) -> bool:
     return not isinstance(v, bool) and isinstance(v, int | float) and 0 <= v <= 100
 
 
+def _serving_groups(ctx, groups_in, hosts, groups):
+    """Each group's `multi_host`: its hosts, in file order, make replicas of `nodes` hosts each (the first of each
+    the head, rank 0, the one that serves HTTP), and every member gets modelfleet_serving_group = {name, layout,
+    nodes, port, hosts (the head first), head}. The name is the group's, or <group>-<k> for the k-th of several.
+    What the members' units need and the file can say is checked here, with its line: the layout, a host count
+    that `nodes` divides, each member's group address, and one vLLM port for the members (the head's is the
+    replica's URL)."""
+    for g, gd in groups_in.items():
+        if "multi_host" not in gd:
+            continue
+        mh = gd["multi_host"]
+        p = ("groups", g, "multi_host")
+        ctx.keys(mh, MULTI_HOST_KEYS, p, f"group {g}'s multi_host")
+        layout = mh.get("layout")
+        if layout not in MULTI_HOST_LAYOUTS:
+            ctx.fail(p + ("layout",), f"layout must be pp (pipeline parallel: one model split over the hosts) or dp "
+                                      f"(data parallel: a whole copy per host, one API on the head), got {layout!r}")
+        nodes = mh.get("nodes")
+        if isinstance(nodes, bool) or not isinstance(nodes, int) or nodes < 2:
+            ctx.fail(p + ("nodes",), f"nodes (the hosts of one replica) must be a whole number >= 2, got {nodes!r}; "
+                                     "a replica on one host needs no multi_host")
+        port = mh.get("port")
+        if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1024 <= port <= 65535):
+            ctx.fail(p + ("port",), f"the group port must be 1024-65535, got {port!r}")
+        members = groups[g]["hosts"]
+        if len(members) % nodes:
+            rem = len(members) % nodes
+            ctx.fail(p + ("nodes",), f"group {g} has {len(members)} host(s), not a multiple of nodes {nodes}: each "
+                                     f"replica takes {nodes} hosts; add {nodes - rem} host(s)"
+                                     + (f" or remove {rem}" if len(members) > nodes else "") + ", or change nodes")
+        chunks = [members[i:i + nodes] for i in range(0, len(members), nodes)]
+        for k, chunk in enumerate(chunks, start=1):
+            name = g if len(chunks) == 1 else f"{g}-{k}"
+            served = {h: hosts[h].get("modelfleet_profile") for h in chunk}
+            if len(set(served.values())) > 1:
+                ctx.fail(("groups", g, "hosts", chunk[1]),
+                         f"the members of replica {name} declare different profiles "
+                         f"({', '.join(f'{h}: {v}' for h, v in served.items())}): its hosts serve one model; set "
+                         "the profile once, on the group")
+            ports = {h: hosts[h].get("vllm_service_port") for h in chunk}
+            if len(set(ports.values())) > 1:  # one unset means the default: it differs from a set one
+                ctx.fail(("groups", g, "hosts", chunk[1]),
+                         f"the members of replica {name} set different vllm_service_port values "
+                         f"({', '.join(f'{h}: {v}' for h, v in ports.items())}): a replica has one URL, its head's; "
+                         "set the port once, on the group")
+            seen: dict = {}
+            for h in chunk:
+                addr = hosts[h].get("vllm_service_group_address")
+                if not addr:
+                    ctx.fail(("groups", g, "hosts", h),
+                             f"host {h} is a member of multi-host replica {name} and has no group address: set "
+                             "vars.vllm_service_group_address to its address on the private segment the members "
+                             "share (their traffic is unencrypted and must not leave it)")
+                if addr in seen:
+                    ctx.fail(("groups", g, "hosts", h),
+                             f"hosts {seen[addr]} and {h} of replica {name} have one group address ({addr}): each "
+                             "member needs its own (set vllm_service_group_address on each host, not on the group)")
+                seen[addr] = h
+                hosts[h]["modelfleet_serving_group"] = {"name": name, "layout": layout, "nodes": nodes,
+                                                        "port": port, "hosts": list(chunk), "head": chunk[0]}
+
+
 def _endpoints(ctx, groups_in, hosts, groups):
     """Each group's `endpoint`: the host that runs it gets {name: group, port, model, hosts} in modelfleet_endpoints
     and joins the derived group `endpoints`; each replica gets {host, name, model} in modelfleet_endpoint and
@@ -197,10 +265,14 @@ def _endpoints(ctx, groups_in, hosts, groups):
             ctx.fail(p + ("model",), f"the endpoint's model name {model!r} (by default the group's name) must be "
                                      "1-63 letters, digits, '.', '_' or '-': set endpoint.model to such a name")
         used[(host, port)] = g
+        # the replicas: each host, or each multi-host replica's head (its other members serve no HTTP)
+        replicas = [h for h in groups[g]["hosts"]
+                    if hosts[h].get("modelfleet_serving_group", {}).get("head", h) == h]
         hosts[host].setdefault("modelfleet_endpoints", []).append(
-            {"name": g, "port": port, "model": model, "hosts": list(groups[g]["hosts"])})
-        for member in groups[g]["hosts"]:  # where a switch of this replica drains it first
-            hosts[member]["modelfleet_endpoint"] = {"host": host, "name": g, "model": model}
+            {"name": g, "port": port, "model": model, "hosts": replicas})
+        for member in groups[g]["hosts"]:
+            if member in replicas:  # where a switch of this replica drains it first
+                hosts[member]["modelfleet_endpoint"] = {"host": host, "name": g, "model": model}
             aliases = hosts[member].get("vllm_service_served_aliases") or []
             if not isinstance(aliases, list):
                 ctx.fail(("groups", g, "hosts", member), "vllm_service_served_aliases must be a list of names")
@@ -268,6 +340,7 @@ def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> di
                      modelfleet_canary=False)
             hosts[h] = v
             groups[g]["hosts"].append(h)
+    _serving_groups(ctx, groups_in, hosts, groups)
     _endpoints(ctx, groups_in, hosts, groups)
     rollout = data.get("rollout") or {}
     ctx.keys(rollout, ROLLOUT_KEYS, ("rollout",), "rollout")
@@ -314,6 +387,12 @@ def parse(text: str, source: str = "<fleet>", profiles: set | None = None) -> di
                 ctx.fail(wp + ("hosts",), f"host {h} is in two exclusive waves: {wave_of[h]} and {name}")
             wave_of[h] = name
             hosts[h].update(modelfleet_wave=name, modelfleet_wave_index=i, modelfleet_canary=bool(w.get("canary")))
+    for h, v in hosts.items():
+        sg = v.get("modelfleet_serving_group")
+        if sg and h == sg["head"] and len({wave_of.get(m) for m in sg["hosts"]}) > 1:
+            where = ", ".join(f"{m}: {wave_of.get(m) or 'none'}" for m in sg["hosts"])
+            ctx.fail(("rollout", "waves"), f"the members of multi-host replica {sg['name']} are in different waves "
+                                           f"({where}); a replica is deployed as one: put its hosts in one wave")
     if waves:
         missing = sorted(set(hosts) - set(wave_of))
         if missing:

@@ -250,6 +250,10 @@ MODULES = [
     ("rollout_plan", {"declared": {"a": "x"}, "profile": "y"}, ("no targeted host serves profile 'y'", "a: x")),
     ("rollout_plan", {"declared": {"a": None}, "profile": "x", "default_serial": "lots"},
      ("serial 'lots'", "percentage")),
+    ("rollout_plan", {"declared": {"a": "x"}, "serving": {"a": {"name": "r", "hosts": ["a", "b"]}}},
+     ("member of multi-host replica r", r"leave out b \(not targeted\)", "--limit a,b")),
+    ("parallelism_plan", {"checkpoint": {}, "gpus": {"count": 1, "memory_bytes": 1}, "multi_host": {"layout": "pp"}},
+     ("group_gpus",)),
     ("environment_gates", {"host": "gpu-01", "gpu_facts": {"gpu_count": 1, "compute_capabilities": ["twelve"]}},
      ("'twelve' is not MAJOR.MINOR",)),
     ("environment_gates", {"host": "gpu-01", "accelerator": "tpu"}, ("accelerator", "nvidia, cpu")),
@@ -350,6 +354,16 @@ FLEETS = [
     ("plugin: fleet\ngroups:\n  g:\n    gpu: {count: 1}\n    hosts:\n      a: {}\n  g:\n    hosts: {}\n",
      ("duplicate|g",)),
     ("plugin: fleet\n\tgroups: {}\n", ("line|YAML|tab",)),
+    (BASE.replace("    hosts:", "    multi_host: [pp, 2]\n    hosts:"), ("multi_host", "mapping")),
+    (BASE.replace("    hosts:", "    multi_host: {layout: ray, nodes: 2}\n    hosts:"), ("layout", "pp", "dp")),
+    (BASE.replace("    hosts:", "    multi_host: {layout: pp, nodes: '2'}\n    hosts:"), ("nodes", "whole number")),
+    (BASE.replace("    hosts:", "    multi_host: {layout: pp, nodes: 2, port: 22}\n    hosts:"),
+     ("port", "1024-65535")),
+    (BASE.replace("    hosts:", "    multi_host: {layout: pp, nodes: 2}\n    hosts:"),
+     ("1 host", "multiple of nodes 2", "add 1")),
+    (BASE.replace("    hosts:", "    multi_host: {layout: dp, nodes: 2}\n    hosts:")
+     + "      b: {address: 10.0.0.2}\n",
+     ("host a", "no group address", "vllm_service_group_address")),
 ]
 
 

@@ -79,6 +79,16 @@ groups:
       a: {}
 """
 
+MULTI = """\
+groups:
+  g:
+    gpu: {count: 1}
+    multi_host: {layout: pp, nodes: 2}
+    hosts:
+      a: {vars: {vllm_service_group_address: 10.9.0.1}}
+      b: {vars: {vllm_service_group_address: 10.9.0.2}}
+"""
+
 BAD = [
     ("unknown top key", "groupz: {}\n" + ONE, r"bad.fleet.yml:2: groupz: unknown key 'groupz' in the fleet file"),
     ("unknown host key", ONE.replace("a: {}", "a: {adress: 1.2.3.4}"),
@@ -129,6 +139,45 @@ BAD = [
      "    - {name: w, canary: true, hosts: [a]}\n", r"groups.canary: group name canary clashes with a derived group"),
     ("max fail percentage", ONE + "rollout: {max_fail_percentage: 150}\n", r"must be 0-100, got 150"),
     ("not yaml", "groups: [\n", r"bad.fleet.yml: not valid YAML"),
+    ("multi-host unknown key", MULTI.replace("nodes: 2", "nodes: 2, tp: 8"),
+     r"bad.fleet.yml:5: groups.g.multi_host.tp: unknown key 'tp' in group g's multi_host; allowed: layout, nodes, "
+     r"port"),
+    ("multi-host layout", MULTI.replace("layout: pp", "layout: tp"),
+     r"groups.g.multi_host.layout: layout must be pp .* or dp .*, got 'tp'"),
+    ("multi-host one node", MULTI.replace("nodes: 2", "nodes: 1"),
+     r"groups.g.multi_host.nodes: nodes .* must be a whole number >= 2, got 1; a replica on one host needs no"),
+    ("multi-host nodes a string", MULTI.replace("nodes: 2", "nodes: two"), r"got 'two'"),
+    ("multi-host port", MULTI.replace("nodes: 2", "nodes: 2, port: 80"),
+     r"groups.g.multi_host.port: the group port must be 1024-65535, got 80"),
+    ("multi-host hosts not a multiple", MULTI.replace("nodes: 2", "nodes: 3"),
+     r"groups.g.multi_host.nodes: group g has 2 host\(s\), not a multiple of nodes 3: each replica takes 3 hosts; "
+     r"add 1 host\(s\), or change nodes"),
+    ("multi-host odd host out", MULTI + "      c: {vars: {vllm_service_group_address: 10.9.0.3}}\n",
+     r"group g has 3 host\(s\), not a multiple of nodes 2: each replica takes 2 hosts; add 1 host\(s\) or remove 1"),
+    ("multi-host member without an address", MULTI.replace("b: {vars: {vllm_service_group_address: 10.9.0.2}}",
+                                                           "b: {}"),
+     r"bad.fleet.yml:8: groups.g.hosts.b: host b is a member of multi-host replica g and has no group address: set "
+     r"vars.vllm_service_group_address"),
+    ("multi-host members on two ports",
+     MULTI.replace("b: {vars: {vllm_service_group_address: 10.9.0.2}}",
+                   "b: {vars: {vllm_service_group_address: 10.9.0.2, vllm_service_port: 8001}}"),
+     r"groups.g.hosts.b: the members of replica g set different vllm_service_port values \(a: None, b: 8001\)"
+     r"|the members of replica g set different"),
+    ("multi-host members with one address",
+     MULTI.replace("multi_host: {layout: pp, nodes: 2}", "multi_host: {layout: pp, nodes: 2}\n    vars: "
+                   "{vllm_service_group_address: 10.9.0.9}").replace(
+                       "{vars: {vllm_service_group_address: 10.9.0.1}}", "{}").replace(
+                       "{vars: {vllm_service_group_address: 10.9.0.2}}", "{}"),
+     r"groups.g.hosts.b: hosts a and b of replica g have one group address \(10.9.0.9\): each member needs its own"),
+    ("multi-host members with two profiles",
+     MULTI.replace("b: {vars: {vllm_service_group_address: 10.9.0.2}}",
+                   "b: {profile: tiny-llama, vars: {vllm_service_group_address: 10.9.0.2}}"),
+     r"groups.g.hosts.b: the members of replica g declare different profiles \(a: None, b: tiny-llama\): its hosts "
+     r"serve one model"),
+    ("multi-host members in two waves",
+     MULTI + "rollout:\n  waves:\n    - {name: c, canary: true, hosts: [a]}\n    - {name: r, hosts: [b]}\n",
+     r"rollout.waves: the members of multi-host replica g are in different waves \(a: c, b: r\); a replica is "
+     r"deployed as one"),
 ]
 
 
@@ -209,3 +258,25 @@ def test_host_port_edges(port, ok):
     else:
         with pytest.raises(FleetError, match=r"p\.fleet\.yml:\d+: groups\.rtx\.hosts\.gpu-02\.port"):
             fleet.parse(text, "p.fleet.yml", PROFILES)
+
+
+def test_multi_host_replicas_heads_and_the_endpoint():
+    """A group with multi_host makes replicas of `nodes` hosts in file order, the first of each the head; the endpoint
+    balances over the heads only (a headless member serves no HTTP) and only heads are drained from it."""
+    text = ("plugin: fleet\n"
+            + MULTI.replace("nodes: 2}", "nodes: 2, port: 29600}\n    endpoint: {host: e, port: 8080}")
+            + "      c: {vars: {vllm_service_group_address: 10.9.0.3}}\n"
+              "      d: {vars: {vllm_service_group_address: 10.9.0.4}}\n"
+              "  edge:\n    gpu: {count: 1}\n    hosts:\n      e: {}\n")
+    r = fleet.parse(text, "multi.fleet.yml", PROFILES)
+    sg = {h: r["hosts"][h].get("modelfleet_serving_group") for h in r["hosts"]}
+    assert sg["a"] == sg["b"] == {"name": "g-1", "layout": "pp", "nodes": 2, "port": 29600, "hosts": ["a", "b"],
+                                  "head": "a"}
+    assert sg["c"] == sg["d"] == {"name": "g-2", "layout": "pp", "nodes": 2, "port": 29600, "hosts": ["c", "d"],
+                                  "head": "c"}
+    assert sg["e"] is None
+    assert r["hosts"]["e"]["modelfleet_endpoints"] == [{"name": "g", "port": 8080, "model": "g", "hosts": ["a", "c"]}]
+    assert [h for h in "abcd" if "modelfleet_endpoint" in r["hosts"][h]] == ["a", "c"]
+    # one replica of the group's size keeps the group's name
+    one = fleet.parse("plugin: fleet\n" + MULTI, "one.fleet.yml", PROFILES)
+    assert one["hosts"]["b"]["modelfleet_serving_group"]["name"] == "g"

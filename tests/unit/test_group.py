@@ -115,3 +115,71 @@ def test_interface_names_and_lists_pass_through_to_both_socket_variables(kimi):
 def test_a_single_host_plan_has_no_members(kimi):
     with pytest.raises(PlanError, match="not 'single'"):
         members(layout(kimi, [SEED_HOST]), HOSTS, http_port=8000)
+
+
+SERVING = {"name": "big", "layout": "pp", "nodes": 2, "port": 29600, "hosts": ["h1", "h2"], "head": "h1"}
+
+
+def test_a_replicas_plan_is_the_planners_over_every_member_or_the_declared_layout_on_cpu_hosts(kimi):
+    """A fleet file's multi-host replica: on GPU hosts the plan is group.layout over every member's GPUs with the
+    declared layout and nodes (Kimi INT4 on two 8 x 80 GB hosts: PP=2, TP=8); on hosts without GPU facts the
+    declared layout is the plan; a plan for another layout is refused."""
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.group import layout_request, replica_plan
+
+    gpu = layout(kimi, [H100_HOST] * 2, layout_request({"vllm": {"max_model_len": 4096}}, SERVING))
+    assert replica_plan(SERVING, gpu) is gpu
+    assert (gpu["layout"], gpu["nodes"], gpu["pipeline_parallel_size"], gpu["tensor_parallel_size"]) == ("pp", 2, 2, 8)
+    # the same request on the seed's hosts is still pipeline parallel (asked for), not one host
+    seed = layout(kimi, [SEED_HOST] * 2, layout_request(None, SERVING))
+    assert (seed["layout"], seed["nodes"]) == ("pp", 2)
+    cpu = replica_plan(dict(SERVING, layout="dp", nodes=3))
+    assert (cpu["layout"], cpu["nodes"], cpu["pipeline_parallel_size"], cpu["data_parallel_size"]) == ("dp", 3, 1, 3)
+    assert cpu["reasons"] == ["dp over 3 hosts, as the fleet file's multi_host asks (no GPU facts to plan from)"]
+    with pytest.raises(PlanError, match=r"the plan is single on 1 host\(s\), the fleet file asks for pp on 2"):
+        replica_plan(SERVING, layout(kimi, [SEED_HOST] * 2))
+    with pytest.raises(PlanError, match=r"needs layout pp or dp and nodes >= 2, got 'tp' and 2"):
+        replica_plan(dict(SERVING, layout="tp"))
+
+
+def test_the_replica_members_filter_derives_each_member_from_the_fleet_files_replica():
+    from ansible.errors import AnsibleFilterError
+    from ansible_collections.modelfleet.fleet.plugins.filter.group import replica_members
+
+    hostvars = {"h1": {"vllm_service_group_address": "10.9.0.1"},
+                "h2": {"vllm_service_group_address": "10.9.0.2", "vllm_service_group_ifname": "ens8"}}
+    m = replica_members(SERVING, hostvars, 8000)
+    assert [(x["host"], x["rank"], x["role"]) for x in m] == [("h1", 0, "head"), ("h2", 1, "headless")]
+    assert m[1]["args"] == ["--pipeline-parallel-size", "2", "--nnodes", "2", "--node-rank", "1", "--master-addr",
+                            "10.9.0.1", "--master-port", "29600", "--headless"]
+    assert m[1]["environment"] == {"VLLM_HOST_IP": "10.9.0.2", "GLOO_SOCKET_IFNAME": "ens8",
+                                   "NCCL_SOCKET_IFNAME": "ens8"}
+    with pytest.raises(AnsibleFilterError, match=r"replica_members: the plan is pp on 3 host\(s\)"):
+        replica_members(SERVING, hostvars, 8000, {"layout": "pp", "nodes": 3})
+    with pytest.raises(AnsibleFilterError, match=r"group_members: h2: no group address"):
+        replica_members(SERVING, {"h1": hostvars["h1"], "h2": {}}, 8000)
+
+
+@pytest.mark.parametrize("request_,serving,problem", [
+    (None, None, ""),
+    ({"layout": "auto"}, None, ""),
+    ({"layout": "single"}, None, ""),
+    (None, SERVING, ""),
+    ({"layout": "pp", "nodes": 2}, SERVING, ""),
+    ({"layout": "auto", "nodes": "auto"}, SERVING, ""),
+    ({"layout": "pp", "nodes": 2}, None,
+     "profile p asks for pp over 2 hosts (vllm.multi_host), and this host serves alone: declare the replica on its "
+     "fleet group"),
+    ({"nodes": 3}, None, "profile p asks for a layout over 3 hosts"),
+    ({"layout": "dp"}, SERVING, "profile p asks for dp on auto host(s) (vllm.multi_host), and its fleet group makes "
+                                "replica big pp on 2 hosts (multi_host): make them agree"),
+    ({"layout": "pp", "nodes": 3}, SERVING, "profile p asks for pp on 3 host(s)"),
+    ({"layout": "single"}, SERVING, "profile p asks for single on auto host(s)"),
+])
+def test_a_profiles_multi_host_request_and_the_fleet_files_replica_must_agree(request_, serving, problem):
+    """Neither is silently dropped: a profile that asks for several hosts on a host that serves alone, or for another
+    layout than its replica's, is refused before anything runs (deploy_model.yml's preflight)."""
+    from ansible_collections.modelfleet.fleet.plugins.filter.group import replica_request_problem
+
+    profile = {"name": "p", "vllm": {"multi_host": request_} if request_ else {}}
+    got = replica_request_problem(profile, serving)
+    assert (got.startswith(problem) if problem else got == ""), got

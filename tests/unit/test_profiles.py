@@ -66,6 +66,11 @@ def _mut(path, value):
     (("vllm", "max_model_len"), "long", "max_model_len must be int"),
     (("constraints", "expert_parallel"), "sometimes", "required, forbidden or optional"),
     (("constraints", "min_compute_capability"), "sm120", "must look like '9.0'"),
+    (("vllm", "multi_host"), "pp", "multi_host must be dict"),
+    (("vllm", "multi_host"), {"layout": "ray"}, "vllm.multi_host.layout must be auto, single, pp or dp, got 'ray'"),
+    (("vllm", "multi_host"), {"nodes": 0}, "vllm.multi_host.nodes must be a whole number >= 1 or auto, got 0"),
+    (("vllm", "multi_host"), {"nodes": "two"}, "got 'two'"),
+    (("vllm", "multi_host"), {"layout": "pp", "tp": 8}, "vllm.multi_host: unknown key 'tp'"),
 ])
 def test_bad_profiles(path, value, needle):
     with pytest.raises(ProfileError) as e:
@@ -89,3 +94,8 @@ def test_bad_yaml_names_line(tmp_path):
                                        ("0.32.0", ">=0.11,<0.14", False), ("0.13.1", "~=0.13.0", True)])
 def test_version_satisfies(v, spec, ok):
     assert version_satisfies(v, spec) is ok
+
+
+def test_a_profile_may_ask_for_a_multi_host_layout():
+    p = validate_profile(_mut(("vllm", "multi_host"), {"layout": "pp", "nodes": 2}), "profiles/kimi-k2.5-int4.yml")
+    assert p["vllm"]["multi_host"] == {"layout": "pp", "nodes": 2}

@@ -41,9 +41,10 @@ def parsed(text=MIXED):
 def test_waves_in_order_with_their_batches_and_models():
     assert wave_plan(parsed()) == [
         {"name": "canary", "index": 0, "canary": True, "serial": None, "max_fail_percentage": 0,
-         "batches": [["fleet-1"]], "profiles": {"fleet-1": "tiny-llama"}},
+         "batches": [["fleet-1"]], "profiles": {"fleet-1": "tiny-llama"}, "replicas": []},
         {"name": "rest", "index": 1, "canary": False, "serial": 1, "max_fail_percentage": 0,
-         "batches": [["fleet-3"], ["fleet-2"]], "profiles": {"fleet-3": "tiny-llama-b", "fleet-2": "tiny-llama"}}]
+         "batches": [["fleet-3"], ["fleet-2"]], "profiles": {"fleet-3": "tiny-llama-b", "fleet-2": "tiny-llama"},
+         "replicas": []}]
     assert plan_text(wave_plan(parsed())) == (
         "wave 1 canary (canary): 1 host(s), all at once, max 0% failed per batch\n"
         "  batch 1: fleet-1 (tiny-llama)\n"
@@ -80,7 +81,7 @@ def test_a_fleet_without_waves_is_one_wave_at_the_callers_pace():
     assert wave_plan(parsed(text)) == [
         {"name": "all", "index": 0, "canary": False, "serial": None, "max_fail_percentage": 0,
          "batches": [["fleet-1", "fleet-2", "fleet-3"]],
-         "profiles": {"fleet-1": "tiny-llama", "fleet-2": "tiny-llama", "fleet-3": "tiny-llama-b"}}]
+         "profiles": {"fleet-1": "tiny-llama", "fleet-2": "tiny-llama", "fleet-3": "tiny-llama-b"}, "replicas": []}]
     assert wave_plan(parsed(text), default_serial="50%")[0]["batches"] == [["fleet-1"], ["fleet-2"], ["fleet-3"]]
 
 
@@ -245,3 +246,76 @@ def test_each_wave_has_its_own_max_fail_percentage_and_the_canary_none():
     plan = deploy_plan(declared, None, canary=["a"], profile="tiny-llama", default_max_fail_percentage=50)
     assert [(w["name"], w["max_fail_percentage"]) for w in plan["waves"]] == [("canary", 0), ("rest", 50)]
     assert plan["wave_of"]["b"]["tolerated_failures"] == 1
+
+
+MULTI_HOST = """\
+plugin: modelfleet.fleet.fleet
+gpu: {count: 8}
+groups:
+  big:
+    profile: kimi-k2.5-int4
+    multi_host: {layout: pp, nodes: 2}
+    hosts:
+      h1: {vars: {vllm_service_group_address: 10.9.0.1}}
+      h2: {vars: {vllm_service_group_address: 10.9.0.2}}
+      h3: {vars: {vllm_service_group_address: 10.9.0.3}}
+      h4: {vars: {vllm_service_group_address: 10.9.0.4}}
+      h5: {vars: {vllm_service_group_address: 10.9.0.5}}
+      h6: {vars: {vllm_service_group_address: 10.9.0.6}}
+  small:
+    profile: tiny-llama
+    hosts: {s1: {}}
+rollout:
+  waves:
+    - {name: canary, canary: true, hosts: [h1, h2]}
+    - {name: rest, hosts: [h5, s1, h3, h4, h6], serial: 2}
+"""
+
+
+def _multi(text=MULTI_HOST, hosts=None):
+    p = parsed(text)
+    targeted = hosts or list(p["hosts"])
+    return ({h: p["hosts"][h]["modelfleet_profile"] for h in targeted}, p["rollout"],
+            {h: p["hosts"][h].get("modelfleet_serving_group") for h in targeted})
+
+
+def test_a_multi_host_replica_is_one_unit_of_a_batch():
+    """serial counts replicas: the rest wave's serial 2 is [h5+h6, s1] then [h3+h4] - a replica's hosts are never
+    cut apart (its members start together and block on each other), whatever order the wave lists them in."""
+    declared, rollout, serving = _multi()
+    plan = deploy_plan(declared, rollout, serving=serving)
+    assert (plan["canary_hosts"], plan["canary_serial"]) == (["h1", "h2"], [2])
+    assert [w["batches"] for w in plan["waves"]] == [[["h1", "h2"]], [["h5", "h6", "s1"], ["h3", "h4"]]]
+    assert (plan["rest_hosts"], plan["rest_serial"]) == (["h5", "h6", "s1", "h3", "h4"], [3, 2])
+    assert plan["wave_of"]["h6"]["batch_hosts"] == ["h5", "h6", "s1"]
+    assert plan["text"].splitlines()[3:] == [
+        "  batch 1: h5 + h6 (one replica, head h5: kimi-k2.5-int4), s1 (tiny-llama)",
+        "  batch 2: h3 + h4 (one replica, head h3: kimi-k2.5-int4)"]
+    # without the serving groups the same wave would cut h5 from h6
+    assert deploy_plan(declared, rollout)["waves"][1]["batches"][0] == ["h5", "s1"]
+
+
+@pytest.mark.parametrize("hosts,why", [
+    (["h1", "h2", "h3"], r"h3 is a member of multi-host replica big-2 \(h3, h4\), and this run would leave out h4 "
+                         r"\(not targeted\): a replica is deployed as one .* target all its hosts \(--limit h3,h4\)"),
+    (["h4", "s1"], r"h4 is a member of multi-host replica big-2 \(h3, h4\), and this run would leave out h3"),
+])
+def test_a_run_that_targets_part_of_a_replica_is_refused(hosts, why):
+    declared, rollout, serving = _multi(hosts=hosts)
+    with pytest.raises(RolloutError, match=why):
+        deploy_plan(declared, rollout, serving=serving)
+
+
+def test_a_whole_replica_may_be_targeted_alone():
+    declared, rollout, serving = _multi(hosts=["h3", "h4"])
+    plan = deploy_plan(declared, rollout, serving=serving)
+    assert plan["rest_hosts"] == ["h3", "h4"] and plan["rest_serial"] == [2]
+
+
+def test_a_plain_inventorys_canary_brings_its_replica():
+    """Without a rollout the canary group's hosts go first; a canary that is a member of a replica brings the
+    replica's other members into the canary wave (they cannot start without each other)."""
+    declared, _rollout, serving = _multi()
+    plan = deploy_plan(declared, None, canary=["h2"], default_serial=1, serving=serving)
+    assert plan["canary_hosts"] == ["h1", "h2"] and plan["canary_serial"] == [2]
+    assert plan["rest_serial"] == [2, 2, 1]

@@ -4,6 +4,7 @@ hosts' own watchdogs (the group restarted as a whole)."""
 
 import json
 import os
+import re
 import time
 
 import pytest
@@ -71,13 +72,65 @@ def test_each_member_runs_its_part_of_the_group(host):
         assert desc["url"] == f"http://127.0.0.1:{PORT}"
 
 
+def _deploy_output(name="group_deploy"):
+    with open(os.path.join(EPHEMERAL, f"{name}.out")) as f:
+        return f.read()
+
+
+def _bench_results():
+    import glob
+
+    return sorted(glob.glob(os.path.join(EPHEMERAL, "bench", "*--*.json")))
+
+
+def test_the_fleet_files_replica_was_deployed_as_one_and_benchmarked_at_its_head(host):
+    """converge ran playbooks/deploy_model.yml on group.fleet.yml: the rollout put both members in one batch, the
+    model came from the hub to each member's models folder, the benchmark ran at the head only, and the second run
+    (molecule's idempotence step) found the replica up to date on both members and changed nothing."""
+    _head_only(host)
+    out = _deploy_output()
+    assert "batch 1: group-1 + group-2 (one replica, head group-1: tiny-llama)" in out, out[-3000:]
+    assert "unreachable=0" in out and "failed=1" not in out
+    for name in ("group-1", "group-2"):
+        member = host if name == "group-1" else _other(host, name)
+        found = member.run("ls -d /models/modelfleet-test--tiny-llama/*/config.json").stdout.split()
+        assert len(found) == 1, (name, found)
+        unit = " ".join(member.file(UNIT_PATH).content_string.replace("\\\n", " ").split())
+        assert found[0].rsplit("/", 1)[0] in unit, (name, unit)
+    results = _bench_results()
+    assert [os.path.basename(r).split("--", 1)[0] for r in results] == ["group-1"], results
+    again = _deploy_output("group_redeploy")
+    assert again.count("up to date: tiny-llama at") == 2, again[-3000:]
+    assert "changed=0" in again and not re.search(r"changed=[1-9]", again), again[-2000:]
+
+
+def test_a_replica_with_one_member_out_of_date_takes_the_full_path_on_every_member(host):
+    """side_effect removed group-2's deploy record and ran the same deploy in check mode: group-1's own record is
+    current, yet it plans the full path too (a member left running while the other restarts waits on the old
+    group); group-2 plans it for its own reason."""
+    _head_only(host)
+    out = _deploy_output("group_stale_member")
+    lines = [line for line in out.splitlines() if "full path:" in line or "up to date: " in line]
+    assert any("this host is up to date, but another member of replica llama_group is not" in line
+               for line in lines), lines
+    assert not any("up to date: tiny-llama at" in line for line in lines), lines
+    assert sum("full path:" in line for line in lines) == 2, lines
+
+
 def test_the_network_preflight_met_every_member_and_measured_an_all_reduce(host):
     """Before anything was stopped, each member met the other at the head's group port + 1 (the running group holds
-    its own port during a redeploy) and ran gloo all-reduces - the backend vLLM CPU's workers use."""
-    net = json.loads(host.file("/root/group-network.json").content_string)
+    its own port during a redeploy) and ran gloo all-reduces - the backend vLLM CPU's workers use. Each member said
+    its figure; the head's is in the benchmark's provenance."""
+    _head_only(host)
+    out = _deploy_output()
+    said = [line for line in out.splitlines()
+            if "group network: gloo all-reduce of 67.11 MB (64.00 MiB) over 2 members" in line]
+    assert len(said) == 2, out[-3000:]
+    with open(_bench_results()[0]) as f:
+        net = json.load(f)["provenance"]["group_network"]
     assert (net["backend"], net["device"], net["world"], net["bytes"]) == ("gloo", "cpu", 2, 64 * 2**20), net
     assert net["busbw_bytes_per_s"] > 0 and net["iterations"] == 5
-    _figure(f"network preflight on {_name(host)}: gloo all-reduce of 64 MiB over 2 members, median "
+    _figure(f"network preflight at the head: gloo all-reduce of 64 MiB over 2 members, median "
             f"{net['median_seconds'] * 1000:.1f} ms, bus bandwidth {net['busbw_bytes_per_s'] / 1e6:.0f} MB/s")
 
 

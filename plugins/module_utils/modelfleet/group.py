@@ -182,3 +182,52 @@ def members(p: dict, hosts: list[dict], http_port: int, group_port: int | None =
                     "args": args, "environment": env, "peers": [a for a in addrs if a != addr] or [addr],
                     "ports": [port]})
     return out
+
+
+def replica_plan(serving: dict, p: dict | None = None) -> dict:
+    """The plan a multi-host replica's members are derived from (`members`' first argument). serving: the
+    replica as the fleet file declares it ({layout, nodes, ...}: modelfleet_serving_group). p: the planner's plan
+    for it (`layout` over every member's GPUs, which honours the declared layout and nodes), or None on hosts
+    without GPU facts (CPU hosts), where the declared layout is the plan."""
+    kind, n = (serving or {}).get("layout"), (serving or {}).get("nodes")
+    if kind not in ("pp", "dp") or isinstance(n, bool) or not isinstance(n, int) or n < 2:
+        raise PlanError(f"a multi-host replica needs layout pp or dp and nodes >= 2, got {kind!r} and {n!r}")
+    if p:
+        if (p.get("layout"), p.get("nodes")) != (kind, n):
+            raise PlanError(f"the plan is {p.get('layout')} on {p.get('nodes')} host(s), the fleet file asks for "
+                            f"{kind} on {n}: plan the replica with its multi_host")
+        return p
+    return {"layout": kind, "nodes": n, "pipeline_parallel_size": n if kind == "pp" else 1,
+            "data_parallel_size": n if kind == "dp" else 1,
+            "reasons": [f"{kind} over {n} hosts, as the fleet file's multi_host asks (no GPU facts to plan from)"]}
+
+
+def layout_request(profile: dict | None, serving: dict) -> dict:
+    """The profile with the replica's layout and nodes as its vllm.multi_host (what `layout` reads)."""
+    profile = dict(profile or {})
+    profile["vllm"] = dict(profile.get("vllm") or {},
+                           multi_host={"layout": serving["layout"], "nodes": serving["nodes"]})
+    return profile
+
+
+def request_problem(profile: dict | None, serving: dict | None) -> str:
+    """What is wrong between a profile's vllm.multi_host (what the model asks for) and the host's multi-host
+    replica in the fleet file (modelfleet_serving_group; None when it serves alone), or '' when they agree. A
+    profile that asks for several hosts on a host that serves alone, or for another layout or host count than
+    its replica has, would otherwise be deployed as something it did not ask for."""
+    req = ((profile or {}).get("vllm") or {}).get("multi_host") or {}
+    want, nodes = req.get("layout", "auto"), req.get("nodes", "auto")
+    name = (profile or {}).get("name", "the profile")
+    if not serving:
+        if want in ("pp", "dp") or (nodes != "auto" and nodes > 1):
+            return (f"profile {name} asks for {want if want != 'auto' else 'a layout'} over "
+                    f"{nodes if nodes != 'auto' else 'several'} hosts (vllm.multi_host), and this host serves alone: "
+                    "declare the replica on its fleet group (multi_host: {layout, nodes}, and each host's "
+                    "vllm_service_group_address), or remove vllm.multi_host from the profile")
+        return ""
+    if want == "single" or (want in ("pp", "dp") and want != serving.get("layout")) or (
+            nodes != "auto" and nodes != serving.get("nodes")):
+        return (f"profile {name} asks for {want} on {nodes} host(s) (vllm.multi_host), and its fleet group makes "
+                f"replica {serving.get('name')} {serving.get('layout')} on {serving.get('nodes')} hosts "
+                "(multi_host): make them agree")
+    return ""

@@ -25,6 +25,9 @@ Schema (every key listed; unknown keys are errors):
     enable_auto_tool_choice bool, default false
     extra_args        list of str
     env               map str -> str
+    multi_host        {layout: auto | single | pp | dp, nodes: int >= 1 | auto} (docs/multi-host.md): what the
+                      model needs across hosts; a fleet group declares the hosts (its multi_host), and a deploy
+                      refuses a profile and a fleet group that disagree
   constraints:
     min_compute_capability  'X.Y'
     max_compute_capability  'X.Y'
@@ -63,8 +66,9 @@ VLLM = {
     "gpu_memory_utilization": ((float, int), False), "kv_cache_dtype": (str, False),
     "trust_remote_code": (bool, False), "tool_call_parser": ((str, type(None)), False),
     "reasoning_parser": ((str, type(None)), False), "enable_auto_tool_choice": (bool, False),
-    "extra_args": (list, False), "env": (dict, False),
+    "extra_args": (list, False), "env": (dict, False), "multi_host": (dict, False),
 }
+MULTI_HOST = {"layout": (str, False), "nodes": ((int, str), False)}
 CONSTRAINTS = {
     "min_compute_capability": (str, False), "max_compute_capability": (str, False),
     "requires_blackwell": (bool, False), "min_driver_version": (str, False),
@@ -138,6 +142,15 @@ def validate_profile(data, source: str = "profile") -> dict:
         raise ProfileError(f"{source}: vllm.enable_auto_tool_choice needs vllm.tool_call_parser")
     if not all(isinstance(a, str) for a in v.get("extra_args", [])):
         raise ProfileError(f"{source}: vllm.extra_args must be a list of strings")
+    if "multi_host" in v:
+        mh = v["multi_host"]
+        _check_keys(f"{source}: vllm.multi_host", mh, MULTI_HOST)
+        if mh.get("layout", "auto") not in ("auto", "single", "pp", "dp"):
+            raise ProfileError(f"{source}: vllm.multi_host.layout must be auto, single, pp or dp, got "
+                               f"{mh['layout']!r}")
+        nodes = mh.get("nodes", "auto")
+        if nodes != "auto" and (not isinstance(nodes, int) or nodes < 1):
+            raise ProfileError(f"{source}: vllm.multi_host.nodes must be a whole number >= 1 or auto, got {nodes!r}")
     _check_version_spec(v["version"], source)
     c = dict(data.get("constraints") or {})
     _check_keys(f"{source}: constraints", c, CONSTRAINTS)

@@ -10,6 +10,9 @@ desired state). Pure: it takes what `fleet.parse` returns.
   A canary wave tolerates none (any failed canary stops the rollout).
 - `limit` (host names, already matched by Ansible's pattern rules) and `profile` narrow the plan without
   reordering it: hosts outside are dropped, a wave left empty is dropped.
+- A multi-host replica (a fleet group's `multi_host`: several hosts serving one model as one vLLM group) is one
+  unit of the rollout: `serial` counts replicas, a batch never splits one, and a run that targets some of its
+  hosts but not all is refused (the members start together and block on each other).
 """
 
 from __future__ import annotations
@@ -39,9 +42,24 @@ def batch_size(serial, count: int) -> int:
     return min(serial, count)
 
 
-def wave_plan(parsed: dict, limit=None, profile: str | None = None, default_serial=None) -> list[dict]:
+def _units(members: list, units: dict) -> list[list]:
+    """The wave's hosts as the rollout's units in the wave's order: a host alone, or a multi-host replica (its
+    hosts in the replica's order, the head first) where its first host appears."""
+    out, seen = [], set()
+    for h in members:
+        if h in seen:
+            continue
+        unit = [m for m in (units.get(h) or [h]) if m in members] or [h]
+        seen.update(unit)
+        out.append(unit)
+    return out
+
+
+def wave_plan(parsed: dict, limit=None, profile: str | None = None, default_serial=None,
+              units: dict | None = None) -> list[dict]:
     """[{name, index, canary, serial, max_fail_percentage, batches: [[host, ...], ...],
-    profiles: {host: profile}}] in the order the deploy runs them."""
+    profiles: {host: profile}}] in the order the deploy runs them. units: {host: [the hosts of its multi-host
+    replica]} for the hosts that are members of one; `serial` then counts replicas, never splitting one."""
     hosts = parsed["hosts"]
     rollout = parsed.get("rollout") or {}
     mfp = rollout.get("max_fail_percentage", 0)
@@ -68,11 +86,15 @@ def wave_plan(parsed: dict, limit=None, profile: str | None = None, default_seri
         members = [h for h in w["hosts"] if h in wanted]
         if not members:
             continue
-        size = batch_size(w.get("serial"), len(members))
+        cut = _units(members, units if units is not None else {
+            h: v["modelfleet_serving_group"]["hosts"] for h, v in hosts.items() if v.get("modelfleet_serving_group")})
+        size = batch_size(w.get("serial"), len(cut))
         out.append({"name": w["name"], "index": index, "canary": bool(w.get("canary")), "serial": w.get("serial"),
                     "max_fail_percentage": 0 if w.get("canary") else w.get("max_fail_percentage", mfp),
-                    "batches": [members[i:i + size] for i in range(0, len(members), size)],
-                    "profiles": {h: hosts[h].get("modelfleet_profile") for h in members}})
+                    "batches": [[h for u in cut[i:i + size] for h in u] for i in range(0, len(cut), size)],
+                    "profiles": {h: hosts[h].get("modelfleet_profile") for h in members},
+                    # the multi-host replicas of the wave (several hosts each, the head first)
+                    "replicas": [u for u in cut if len(u) > 1]})
     return out
 
 
@@ -96,8 +118,12 @@ def plan_text(plan: list[dict]) -> str:
         lines.append(f"wave {w['index'] + 1} {w['name']}{' (canary)' if w['canary'] else ''}: "
                      f"{sum(len(b) for b in w['batches'])} host(s), {pace}, "
                      f"max {w['max_fail_percentage']}% failed per batch")
+        heads = {u[0]: u for u in w.get("replicas") or []}
+        inner = {h for u in heads.values() for h in u[1:]}
         for i, batch in enumerate(w["batches"], start=1):
-            lines.append(f"  batch {i}: " + ", ".join(f"{h} ({w['profiles'][h] or 'no profile'})" for h in batch))
+            lines.append(f"  batch {i}: " + ", ".join(
+                (f"{' + '.join(heads[h])} (one replica, head {h}: {w['profiles'][h] or 'no profile'})" if h in heads
+                 else f"{h} ({w['profiles'][h] or 'no profile'})") for h in batch if h not in inner))
     return "\n".join(lines)
 
 
@@ -128,21 +154,43 @@ def host_profiles(declared: dict, profile: str | None = None) -> dict:
     return out
 
 
+def _replicas(serving: dict | None, profiles: dict, declared: dict) -> dict:
+    """{host: the hosts of its multi-host replica} for the targeted members; a replica this run would deploy in
+    part is refused."""
+    out = {}
+    for h, sg in (serving or {}).items():
+        if not sg or h not in profiles:
+            continue
+        hosts = list(sg.get("hosts") or [])
+        missing = [m for m in hosts if m not in profiles]
+        if missing:
+            why = ", ".join(f"{m} ({'serves another profile' if m in declared else 'not targeted'})" for m in missing)
+            raise RolloutError(f"{h} is a member of multi-host replica {sg.get('name')} ({', '.join(hosts)}), and "
+                               f"this run would leave out {why}: a replica is deployed as one (its members start "
+                               f"together and wait for each other); target all its hosts (--limit "
+                               f"{','.join(hosts)}) or none")
+        out[h] = hosts
+    return out
+
+
 def deploy_plan(declared: dict, rollout: dict | None = None, canary=(), profile: str | None = None,
-                default_serial=None, default_max_fail_percentage: int = 0) -> dict:
+                default_serial=None, default_max_fail_percentage: int = 0, serving: dict | None = None) -> dict:
     """What `deploy_model.yml` runs, from the hosts Ansible targets (after --limit), in inventory order.
 
     declared: {host: the profile its fleet group declares, or None}. rollout: the fleet file's
     (modelfleet_rollout), or None for a plain inventory, whose waves are then the `canary` group and the
     rest at `default_serial`. Hosts declaring none take `profile`; hosts declaring another are left out
-    (and reported in `left_out`)."""
+    (and reported in `left_out`). serving: {host: its modelfleet_serving_group (the fleet inventory's), or None}:
+    a multi-host replica's members go into one batch, and a run that targets part of one is refused."""
     profiles = host_profiles(declared, profile)
+    replicas = _replicas(serving, profiles, declared)
     hosts = list(profiles)
     if rollout and rollout.get("waves"):
         waves = rollout["waves"]
         mfp = rollout.get("max_fail_percentage", 0)
     else:
-        canaries = [h for h in hosts if h in set(canary)]
+        # a canary that is a member of a multi-host replica brings the replica's other members into the wave
+        canaries = [h for h in hosts if h in set(canary) or set(replicas.get(h, [])) & set(canary)]
         waves = ([{"name": "canary", "hosts": canaries, "canary": True, "serial": None}] if canaries else []) + [
             {"name": "rest", "hosts": [h for h in hosts if h not in canaries], "canary": False,
              "serial": default_serial}]
@@ -154,7 +202,7 @@ def deploy_plan(declared: dict, rollout: dict | None = None, canary=(), profile:
                            "file's rollout.waves")
     parsed = {"hosts": {h: {"modelfleet_profile": profiles[h]} for h in hosts},
               "rollout": {"waves": waves, "max_fail_percentage": mfp}}
-    plan = wave_plan(parsed)
+    plan = wave_plan(parsed, units=replicas)
     canary_waves = [w for w in plan if w["canary"]]
     rest_waves = [w for w in plan if not w["canary"]]
     wave_of = {}
