@@ -117,6 +117,20 @@ def test_a_replica_with_one_member_out_of_date_takes_the_full_path_on_every_memb
     assert sum("full path:" in line for line in lines) == 2, lines
 
 
+def test_the_benchmark_playbook_measures_the_replica_through_its_head(host):
+    """playbooks/benchmark.yml on the fleet file: the head was benchmarked, the other member said why it was not
+    (it serves no HTTP) and ended there, and the run succeeded."""
+    import glob
+
+    _head_only(host)
+    out = _deploy_output("group_bench")
+    assert "group-2 is a member of multi-host replica llama_group: benchmarked through its head group-1" in out, \
+        out[-3000:]
+    assert "failed=0" in out and not re.search(r"failed=[1-9]", out), out[-2000:]
+    results = sorted(glob.glob(os.path.join(EPHEMERAL, "bench-again", "*--*.json")))
+    assert [os.path.basename(r).split("--", 1)[0] for r in results] == ["group-1"], results
+
+
 def test_the_network_preflight_met_every_member_and_measured_an_all_reduce(host):
     """Before anything was stopped, each member met the other at the head's group port + 1 (the running group holds
     its own port during a redeploy) and ran gloo all-reduces - the backend vLLM CPU's workers use. Each member said
