@@ -49,7 +49,18 @@ def replica_request_problem(profile, serving=None):
     return group.request_problem(dict(profile or {}), dict(serving) if serving else None)
 
 
+def unit_start_verdict(status, restarts_allowed=0):
+    """Why a unit that was just started died before it was ready ('' while it has not): module_utils
+    readiness.start_verdict over the properties systemd gives (ansible.builtin.systemd_service's `status`). A
+    headless group member serves no HTTP, so its own unit is the only place its crash loop shows."""
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.readiness import start_verdict
+
+    props = {str(k): str(v) for k, v in dict(status or {}).items()}
+    dead, why = start_verdict(props, int(restarts_allowed))
+    return why if dead else ""
+
+
 class FilterModule:
     def filters(self):
         return {"group_members": group_members, "replica_members": replica_members,
-                "replica_request_problem": replica_request_problem}
+                "replica_request_problem": replica_request_problem, "unit_start_verdict": unit_start_verdict}

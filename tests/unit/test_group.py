@@ -183,3 +183,20 @@ def test_a_profiles_multi_host_request_and_the_fleet_files_replica_must_agree(re
     profile = {"name": "p", "vllm": {"multi_host": request_} if request_ else {}}
     got = replica_request_problem(profile, serving)
     assert (got.startswith(problem) if problem else got == ""), got
+
+
+def test_a_headless_members_own_unit_says_when_it_died_before_ready():
+    """The readiness poll runs at the head; a headless member's crash loop shows only in its own unit, which each
+    member reads (systemd_service's status) and judges with readiness.start_verdict."""
+    from ansible_collections.modelfleet.fleet.plugins.filter.group import unit_start_verdict
+
+    running = {"ActiveState": "active", "SubState": "running", "NRestarts": "0"}
+    looping = {"ActiveState": "activating", "SubState": "auto-restart", "NRestarts": "1", "ExecMainCode": "1",
+               "ExecMainStatus": "1"}
+    assert unit_start_verdict(running, 0) == ""
+    assert unit_start_verdict(looping, 0) == ("the server exited before it was ready (exit status 1) and systemd "
+                                              "restarted it 2 time(s); allowed before ready: 0")
+    assert unit_start_verdict(looping, 2) == ""
+    assert unit_start_verdict(dict(looping, NRestarts=5), -1) == ""  # not started by this run: older history
+    assert unit_start_verdict({"ActiveState": "failed", "Result": "exit-code", "ExecMainCode": "1",
+                               "ExecMainStatus": "1"}, -1).startswith("the unit failed (exit-code, exit status 1)")

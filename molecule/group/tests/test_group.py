@@ -93,10 +93,11 @@ def test_the_fleet_files_replica_was_deployed_as_one_and_benchmarked_at_its_head
     assert "unreachable=0" in out and "failed=1" not in out
     for name in ("group-1", "group-2"):
         member = host if name == "group-1" else _other(host, name)
-        found = member.run("ls -d /models/modelfleet-test--tiny-llama/*/config.json").stdout.split()
-        assert len(found) == 1, (name, found)
-        unit = " ".join(member.file(UNIT_PATH).content_string.replace("\\\n", " ").split())
-        assert found[0].rsplit("/", 1)[0] in unit, (name, unit)
+        found = member.run("ls -d /models/modelfleet-test--tiny-llama/*/.modelfleet/complete").stdout.split()
+        assert len(found) == 1, (name, found)  # fetched and verified on each member
+        if os.environ.get("MODELFLEET_GROUP_DATA_PARALLEL") != "1":  # else side_effect served /models/tiny-llama last
+            unit = " ".join(member.file(UNIT_PATH).content_string.replace("\\\n", " ").split())
+            assert found[0].split("/.modelfleet/", 1)[0] in unit, (name, unit)
     results = _bench_results()
     assert [os.path.basename(r).split("--", 1)[0] for r in results] == ["group-1"], results
     again = _deploy_output("group_redeploy")
@@ -172,6 +173,19 @@ def test_a_broken_profile_was_rolled_back_on_every_member(host):
     assert "rolled back to" in said and "modelfleet-vllm@tiny-llama.service (previous unit)" in said, said
     unit = " ".join(host.file(UNIT_PATH).content_string.replace("\\\n", " ").split())
     assert "--max-model-len 1024" in unit and "4096" not in unit
+
+
+def test_a_member_whose_server_exits_at_start_rolls_the_group_back_at_once(host):
+    """side_effect deployed the group with group-2's server replaced by one that exits at start: the head, restarted
+    with it, saw only a server not up yet; each member read its own unit before each poll, so both failed at the
+    first poll that found group-2 dead - well inside the 900-s start budget - and rolled back together (the group
+    serves again: the other checks here ask it)."""
+    said = json.loads(host.file("/root/crash-deploy.json").content_string)
+    assert "group member group-2: the server exited before it was ready" in said["msg"], said
+    assert "rolled back to" in said["msg"], said
+    assert said["seconds"] < 300, said
+    _figure(f"a member that exits at start: {_name(host)} failed and rolled back after {said['seconds']:.0f} s "
+            "(start budget 900 s)")
 
 
 def test_the_group_also_served_as_data_parallel_with_a_headless_rank(host):
