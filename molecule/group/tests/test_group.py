@@ -182,7 +182,9 @@ def test_a_member_whose_server_exits_at_start_rolls_the_group_back_at_once(host)
     said = json.loads(host.file("/root/crash-deploy.json").content_string)
     assert "group member group-2: the server exited before it was ready" in said["msg"], said
     assert "rolled back to" in said["msg"], said
-    assert said["seconds"] < 300, said
+    # failing at the start budget would take 900 s before the rollback's own wait for the restored group (about
+    # 150 s here); detection at the first polls took 183 s with that wait
+    assert said["seconds"] < 700, said
     _figure(f"a member that exits at start: {_name(host)} failed and rolled back after {said['seconds']:.0f} s "
             "(start budget 900 s)")
 
