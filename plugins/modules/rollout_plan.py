@@ -71,10 +71,10 @@ EXAMPLES = r"""
 RETURN = r"""
 plan:
   description: waves (name, index, canary, serial, max_fail_percentage, batches, profiles, replicas - the
-    multi-host replicas of the wave), text (one line per wave and per batch), host_profile, profiles, left_out (targeted hosts serving another profile), canary_hosts,
-    canary_serial, rest_hosts, rest_serial (batch sizes in order), max_fail_percentage, wave_of (host to wave,
-    wave_number, batch, batches), origins (profile to the host that takes it from the hub), profile_hosts
-    (profile to its hosts in the rollout's order).
+    multi-host replicas of the wave), text (one line per wave and per batch), host_profile, profiles, left_out
+    (targeted hosts serving another profile), canary_hosts, canary_serial, rest_hosts, rest_serial (batch sizes
+    in order), max_fail_percentage, wave_of (host to wave, wave_number, batch, batches), origins (profile to the
+    host that takes it from the hub), profile_hosts (profile to its hosts in the rollout's order).
   returned: always
   type: dict
 """
