@@ -180,7 +180,10 @@ def test_a_member_whose_server_exits_at_start_rolls_the_group_back_at_once(host)
     first poll that found group-2 dead - well inside the 900-s start budget - and rolled back together (the group
     serves again: the other checks here ask it)."""
     said = json.loads(host.file("/root/crash-deploy.json").content_string)
-    assert "group member group-2: the server exited before it was ready" in said["msg"], said
+    # either verdict of readiness.start_verdict: restarted more often than allowed, or failed at systemd's start
+    # limit (a slower machine polls after more restarts)
+    verdict = r"group member group-2: (the server exited before it was ready|the unit failed)"
+    assert re.search(verdict, said["msg"]), said
     assert "rolled back to" in said["msg"], said
     # failing at the start budget would take 900 s before the rollback's own wait for the restored group (about
     # 150 s here); detection at the first polls took 183 s with that wait
@@ -254,7 +257,9 @@ def test_kill_9_of_the_headless_members_main_process_restarts_the_group_as_a_who
         time.sleep(5)
     head_log = host.run("journalctl -u modelfleet-watchdog.service --no-pager -o cat").stdout
     follower_log = follower.run("journalctl -u modelfleet-watchdog.service --no-pager -o cat").stdout
-    assert served is not None, (head_log[-2000:], follower_log[-2000:])
+    # the watchdogs' own lines (systemd's start/finish lines of each timer run would fill any tail)
+    assert served is not None, ([line for line in head_log.splitlines() if UNIT in line][-15:],
+                                [line for line in follower_log.splitlines() if UNIT in line][-15:])
     assert f"{UNIT}: restarting: 2 real completions failed in a row" in head_log
     assert f"{UNIT}: restarting: 2 looks in a row found it out of its group" in follower_log, follower_log[-2000:]
     with open(os.path.join(EPHEMERAL, "reference.json")) as f:
