@@ -112,6 +112,18 @@ def test_a_pipeline_group_of_two_started_from_the_derived_commands_answers_as_on
         # the headless member's watchdog probe finds it joined (its store connection to the head's group port)
         cfg = {"head": members[0]["address"], "group_port": members[0]["ports"][0]}
         assert watchdog.follower_joined(watchdog.tcp_tables(), _process_group_sockets(procs[1].pid), cfg)[0]
+        # the head dies: the member's connections are left half-closed (CLOSE-WAIT) while it lives on, and the probe
+        # says it had joined - its failures count at once, whether or not a look ever saw it joined
+        os.killpg(procs[0].pid, signal.SIGKILL)
+        deadline, seen = time.monotonic() + 60, None
+        while time.monotonic() < deadline and procs[1].poll() is None:
+            seen = watchdog.follower_joined(watchdog.tcp_tables(), _process_group_sockets(procs[1].pid), cfg)
+            if not seen[0]:
+                break
+            time.sleep(0.5)
+        assert procs[1].poll() is None, "the headless member exited when its head died (the watchdog rule assumes not)"
+        assert seen is not None and seen[0] is False and seen[2] is True, seen
+        assert seen[1].startswith("left: the head "), seen
 
 
 def test_a_data_parallel_group_with_a_headless_rank_serves_from_both_ranks(tiny_model, tmp_path):
@@ -135,7 +147,7 @@ def test_a_data_parallel_group_with_a_headless_rank_serves_from_both_ranks(tiny_
         head, rpc_port = members[0]["address"], members[0]["ports"][0]
         inodes = _process_group_sockets(procs[1].pid)
         tables = watchdog.tcp_tables()
-        joined, said = watchdog.follower_joined(tables, inodes, {"head": head, "group_port": rpc_port})
+        joined, said, _had = watchdog.follower_joined(tables, inodes, {"head": head, "group_port": rpc_port})
         assert joined, said
         print(f"data parallel: requests per engine {served}; the headless rank holds a connection to its rpc port: "
               f"{watchdog.holds_connection(tables, inodes, head, rpc_port)}")

@@ -49,6 +49,17 @@ def test_once_it_answered_a_young_unit_counts_its_failures():
     assert run({}, unit=young, probes=[(True, ""), bad, bad, bad])[0] == ["none", "none", "none", "restart"]
 
 
+def test_proof_that_a_young_unit_had_joined_counts_its_failures_within_its_grace():
+    """A headless member restarted under load can join the old head and lose it between two looks: no look saw it
+    joined, but the connection the head closed proves it was - it is out of its group, not starting."""
+    young = dict(UP, active_seconds=30.0)
+    never = (False, "not joined: no connection to the head", False)
+    assert run({}, unit=young, probes=[never] * 4)[0] == ["none"] * 4
+    left = (False, "left: the head closed its connection", True)
+    actions, state = run({}, unit=young, probes=[never, left, left], failures=2)
+    assert actions == ["none", "none", "restart"] and state["answered"] and state["last_failure"] == left[1]
+
+
 def test_a_new_start_forgets_the_old_ones_failures_and_an_inactive_unit_is_left_alone():
     bad = (False, "x")
     _actions, state = run({}, probes=[bad, bad])
@@ -211,13 +222,21 @@ def test_a_held_connection_to_the_head_is_seen_and_a_closed_one_is_not(family):
         # only the unit's own sockets count: without the client's, what is left (the listener, the accepted side)
         # does not point to the head's port
         assert not wd.holds_connection(_tables(), _own_inodes() - {_inode_of(cli)}, "127.0.0.1", port)
+        assert not wd.holds_connection(_tables(), _own_inodes(), "127.0.0.1", port, state=wd.CLOSE_WAIT)
+        cfg, ino = {"head": "127.0.0.1", "group_port": port}, _inode_of(cli)
+        assert wd.follower_joined(_tables(), {ino}, cfg)[::2] == (True, True)
         conn.close()  # the head stops: the member's side leaves ESTABLISHED (CLOSE-WAIT)
         srv.close()
         deadline = time.monotonic() + 5
         while wd.holds_connection(_tables(), _own_inodes(), "127.0.0.1", port) and time.monotonic() < deadline:
             time.sleep(0.05)
         assert not wd.holds_connection(_tables(), _own_inodes(), "127.0.0.1", port)
-        assert not wd.holds_connection(_tables(), {_inode_of(cli)}, "127.0.0.1")
+        assert not wd.holds_connection(_tables(), {ino}, "127.0.0.1")
+        assert wd.holds_connection(_tables(), {ino}, "127.0.0.1", port, state=wd.CLOSE_WAIT)
+        joined, said, had_joined = wd.follower_joined(_tables(), {ino}, cfg)
+        assert (joined, had_joined) == (False, True) and said.startswith("left: the head 127.0.0.1 closed"), said
+        cli.close()  # the member closes its side too: nothing is left to prove it had joined
+        assert wd.follower_joined(_tables(), {ino}, cfg)[::2] == (False, False)
     finally:
         cli.close()
 
@@ -254,28 +273,43 @@ def test_a_member_without_its_head_is_restarted_after_the_set_number_of_looks(tm
     assert wd.unit_socket_inodes("tiny.service", proc=str(proc)) == set()  # a name's tail is not the unit
     calls = []
 
+    started = int(time.monotonic() * 1e6)  # the unit became active just now: well inside its grace
+
     def fake_run(argv, **kw):
         calls.append(argv)
-        out = "ActiveState=active\nInvocationID=b1\nActiveEnterTimestampMonotonic=1\n" if argv[1] == "show" else ""
+        out = (f"ActiveState=active\nInvocationID=b1\nActiveEnterTimestampMonotonic={started}\n"
+               if argv[1] == "show" else "")
         return type("R", (), {"stdout": out, "stderr": "", "returncode": 0})()
 
     real_inodes = wd.unit_socket_inodes
     monkeypatch.setattr(wd.subprocess, "run", fake_run)
     monkeypatch.setattr(wd, "unit_socket_inodes", lambda u: real_inodes(u, proc=str(proc)))
-    cfg = {"unit": unit, "head": "127.0.0.1", "group_port": port, "failures": 2, "grace": 0}
+    # the start budget (grace) is long: a member no look has seen joined is starting - unless the head closed on it
+    cfg = {"unit": unit, "head": "127.0.0.1", "group_port": port, "failures": 2, "grace": 900}
     said = []
-    pause = tmp_path / "pause"
-    pause.mkdir()
+    pause, seen, unseen, never = (tmp_path / d for d in ("pause", "seen", "unseen", "never"))
+    for d in (pause, seen, unseen, never):
+        d.mkdir()
     try:
-        assert wd.check(cfg, str(tmp_path), None, said.append, pause_dir=str(pause)) == "none"
-        assert said == []
+        assert wd.check(cfg, str(seen), None, said.append, pause_dir=str(pause)) == "none"  # a look sees it joined
+        assert said == [] and json.loads((seen / f"{unit}.json").read_text())["answered"]
         conn.close()
         srv.close()
         time.sleep(0.2)
-        assert wd.check(cfg, str(tmp_path), None, said.append, pause_dir=str(pause)) == "none"
-        assert "1 of 2 in a row" in said[-1] and "no connection to the head 127.0.0.1 (group port" in said[-1]
-        assert wd.check(cfg, str(tmp_path), None, said.append, pause_dir=str(pause)) == "restart"
-        assert ["systemctl", "restart", "--no-block", unit] in calls
-        assert "2 looks in a row found it out of its group" in said[-1]
+        # with that look (seen) and without it (unseen, a member that joined and lost its head between two looks):
+        # out of its group either way, restarted at the second look
+        for state_dir in (seen, unseen):
+            said.clear()
+            assert wd.check(cfg, str(state_dir), None, said.append, pause_dir=str(pause)) == "none"
+            assert "1 of 2 in a row" in said[-1] and "left: the head 127.0.0.1 closed its connection" in said[-1]
+            assert wd.check(cfg, str(state_dir), None, said.append, pause_dir=str(pause)) == "restart"
+            assert "2 looks in a row found it out of its group" in said[-1]
+        assert calls.count(["systemctl", "restart", "--no-block", unit]) == 2
+        # no connection at all (the member closed its side, or never connected): starting, within its grace
+        cli.close()
+        said.clear()
+        assert [wd.check(cfg, str(never), None, said.append, pause_dir=str(pause))
+                for _ in range(3)] == ["none"] * 3
+        assert said == []
     finally:
         cli.close()

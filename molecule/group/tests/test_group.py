@@ -257,9 +257,14 @@ def test_kill_9_of_the_headless_members_main_process_restarts_the_group_as_a_who
         time.sleep(5)
     head_log = host.run("journalctl -u modelfleet-watchdog.service --no-pager -o cat").stdout
     follower_log = follower.run("journalctl -u modelfleet-watchdog.service --no-pager -o cat").stdout
-    # the watchdogs' own lines (systemd's start/finish lines of each timer run would fill any tail)
-    assert served is not None, ([line for line in head_log.splitlines() if UNIT in line][-15:],
-                                [line for line in follower_log.splitlines() if UNIT in line][-15:])
+    # the watchdogs' own lines (systemd's start/finish lines of each timer run would fill any tail), each unit's
+    # state as systemd and the watchdog see it
+    assert served is not None, [
+        ([line for line in log.splitlines() if UNIT in line][-15:],
+         h.run(f"systemctl show {UNIT} -p ActiveState -p SubState -p Result -p NRestarts -p InvocationID "
+               "-p ActiveEnterTimestamp").stdout,
+         h.run(f"cat /var/lib/modelfleet-watchdog/{UNIT}.json").stdout)
+        for h, log in ((host, head_log), (follower, follower_log))]
     assert f"{UNIT}: restarting: 2 real completions failed in a row" in head_log
     assert f"{UNIT}: restarting: 2 looks in a row found it out of its group" in follower_log, follower_log[-2000:]
     with open(os.path.join(EPHEMERAL, "reference.json")) as f:

@@ -14,7 +14,10 @@ ports the head picked at start - measured with vLLM 0.32 CPU, a data-parallel ra
 group (rpc) port once the group is up, so a rule on that port alone would restart it forever. When the head stops,
 those connections are closed (the follower's side sits in CLOSE-WAIT, no error is logged) and the follower never
 joins a restarted head, so it is restarted; a follower restarted while the old head still runs joins its store
-and hangs, the head's completions fail, the head's own watchdog restarts it, and the follower follows. Each host
+and hangs, the head's completions fail, the head's own watchdog restarts it, and the follower follows. A socket
+the head closed (CLOSE-WAIT) with none established is proof the member had joined, even when no look saw it
+joined: under load a restarted follower can join the old head and lose it between two looks, and counted as
+"still starting" it would wait out its whole start budget beside a new head that waits for it. Each host
 judges only what it can see, and the group restarts as a whole without one host reaching into another.
 A unit that is not active is left alone (stopped on purpose, or systemd is restarting it); one started less than `grace`
 seconds ago that has not answered yet is starting, not failing (its start budget, TimeoutStartSec, is the grace)."""
@@ -34,23 +37,26 @@ STATE_DIR = "/var/lib/modelfleet-watchdog"
 PAUSE_DIR = "/run/modelfleet-watchdog/pause"
 
 
-def decide(state: dict, unit: dict, probe: tuple[bool, str] | None, failures: int, grace: float,
+def decide(state: dict, unit: dict, probe: tuple | None, failures: int, grace: float,
            paused: bool = False) -> tuple[dict, str]:
     """The next state and the action ("none", "probe" or "restart") for one unit.
 
     state: what the last runs kept {invocation, answered, failures, last_failure}; unit: {active: bool,
     invocation: systemd's InvocationID, active_seconds: since it became active}; probe: None to ask whether to
-    probe, else (ok, reason) of the probe just made; paused: a benchmark is measuring the unit (no probe; the
-    failures so far are kept)."""
+    probe, else (ok, reason) of the probe just made, or (ok, reason, had_joined) where the probe found proof that
+    the unit had answered before (a headless member's connection the head closed): its failures count at once, not
+    after its grace; paused: a benchmark is measuring the unit (no probe; the failures so far are kept)."""
     if not unit["active"]:
         return {"invocation": None, "answered": False, "failures": 0}, "none"
     if state.get("invocation") != unit["invocation"]:  # a new start: its history is its own
         state = {"invocation": unit["invocation"], "answered": False, "failures": 0}
     if probe is None:
         return state, "none" if paused else "probe"
-    ok, reason = probe
+    ok, reason = probe[0], probe[1]
     if ok:
         return dict(state, answered=True, failures=0), "none"
+    if len(probe) > 2 and probe[2]:
+        state = dict(state, answered=True)
     if not state.get("answered") and unit["active_seconds"] < grace:
         return state, "none"  # still starting
     state = dict(state, failures=state.get("failures", 0) + 1, last_failure=reason)
@@ -117,15 +123,19 @@ def _tcp_address(hexaddr: str) -> tuple[ipaddress._BaseAddress, int]:
     return ip, int(port, 16)
 
 
-def holds_connection(tables: list[str], inodes: set[int], address: str, port: int | None = None) -> bool:
-    """Whether one of the sockets `inodes` is an ESTABLISHED TCP connection to `address` (on `port`, or on any port
-    when None), read from the text of /proc/net/tcp and /proc/net/tcp6 (`tables`). Pure: the unit's socket inodes
-    come from `unit_socket_inodes`."""
+ESTABLISHED, CLOSE_WAIT = "01", "08"  # /proc/net/tcp's st column
+
+
+def holds_connection(tables: list[str], inodes: set[int], address: str, port: int | None = None,
+                     state: str = ESTABLISHED) -> bool:
+    """Whether one of the sockets `inodes` is a TCP connection to `address` (on `port`, or on any port when None) in
+    `state` (ESTABLISHED; CLOSE_WAIT: the peer closed it, this side not yet), read from the text of /proc/net/tcp
+    and /proc/net/tcp6 (`tables`). Pure: the unit's socket inodes come from `unit_socket_inodes`."""
     want = ipaddress.ip_address(address)
     for table in tables:
         for line in table.splitlines()[1:]:
             f = line.split()
-            if len(f) < 10 or f[3] != "01":  # 01: ESTABLISHED
+            if len(f) < 10 or f[3] != state:
                 continue
             try:
                 inode = int(f[9])
@@ -172,15 +182,19 @@ def socket_inodes(fd_dir: str) -> set[int]:
     return out
 
 
-def follower_joined(tables: list[str], inodes: set[int], cfg: dict) -> tuple[bool, str]:
-    """A headless member's probe, pure: (joined, what was found) from the /proc/net/tcp{,6} texts and the member's
-    socket inodes. Any port of the head counts: a pipeline member holds the head's store (the group port) and its
-    message queues, a data-parallel rank only connections to ports the head picked at start (its rpc port serves
-    the handshake and is closed once the group is up)."""
+def follower_joined(tables: list[str], inodes: set[int], cfg: dict) -> tuple[bool, str, bool]:
+    """A headless member's probe, pure: (joined, what was found, had joined) from the /proc/net/tcp{,6} texts and the
+    member's socket inodes. Any port of the head counts: a pipeline member holds the head's store (the group port)
+    and its message queues, a data-parallel rank only connections to ports the head picked at start (its rpc port
+    serves the handshake and is closed once the group is up). Not joined but holding a connection the head closed
+    (CLOSE-WAIT): it had joined, and its head is gone - out of its group, not starting."""
     if holds_connection(tables, inodes, cfg["head"]):
-        return True, f"joined: connected to the head {cfg['head']}"
+        return True, f"joined: connected to the head {cfg['head']}", True
+    if holds_connection(tables, inodes, cfg["head"], state=CLOSE_WAIT):
+        return False, (f"left: the head {cfg['head']} closed its connection (CLOSE-WAIT, group port "
+                       f"{cfg['group_port']}; the head stopped or restarted)"), True
     return False, (f"not joined: no connection to the head {cfg['head']} (group port {cfg['group_port']}; the head "
-                   "stopped or restarted)")
+                   "stopped or restarted)"), False
 
 
 def tcp_tables(proc: str = "/proc") -> list[str]:
@@ -195,7 +209,7 @@ def tcp_tables(proc: str = "/proc") -> list[str]:
     return tables
 
 
-def _follower_probe(cfg: dict) -> tuple[bool, str]:
+def _follower_probe(cfg: dict) -> tuple[bool, str, bool]:
     return follower_joined(tcp_tables(), unit_socket_inodes(cfg["unit"]), cfg)
 
 
@@ -212,8 +226,9 @@ def check(cfg: dict, state_dir: str, look, log, pause_dir: str = PAUSE_DIR) -> s
     state, action = decide(state, info, None, int(cfg["failures"]), float(cfg["grace"]), paused(unit, pause_dir))
     follower = "head" in cfg
     if action == "probe":
+        had_joined = False
         if follower:
-            ok, detail = _follower_probe(cfg)
+            ok, detail, had_joined = _follower_probe(cfg)
             what = "a look at its connection to the group's head"
         else:
             stage, detail, _text = look(cfg["url"], cfg["served_name"], _api_key(cfg.get("env_file", "")),
@@ -221,7 +236,7 @@ def check(cfg: dict, state_dir: str, look, log, pause_dir: str = PAUSE_DIR) -> s
                                         completion_timeout=float(cfg["timeout"]))
             ok, detail = stage == "ready", f"{stage}: {detail}"
             what = "a 1-token completion"
-        state, action = decide(state, info, (ok, detail), int(cfg["failures"]), float(cfg["grace"]))
+        state, action = decide(state, info, (ok, detail, had_joined), int(cfg["failures"]), float(cfg["grace"]))
         if not ok and state.get("failures"):
             log(f"{unit}: {what} failed ({state['failures']} of {cfg['failures']} in a row): {detail}")
     if action == "restart":
