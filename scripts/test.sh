@@ -120,8 +120,8 @@ run_scenario() {
 }
 run_lane() { local s; for s in "$@"; do run_scenario "$s" || return 1; done; }
 
-# Two lanes (MODELFLEET_MOLECULE_LANES=1 for one): molecule/fleet, the longest, in one; the others in
-# order in the second. Scenarios share nothing (own containers, ports, hub, ephemeral folder), and much
+# Two lanes (MODELFLEET_MOLECULE_LANES=1 for one): molecule/fleet, the longest, then the short scenarios in
+# one; the others in order in the second. Scenarios share nothing (own containers, ports, hub, ephemeral folder), and much
 # of their time is waiting on vLLM start-up and on one task at a time, so the lanes overlap well on two
 # cores.
 # pytest in two parts: everything but the tests marked `exclusive` (the benchmark client's truth checks,
@@ -153,11 +153,19 @@ pytest_shared() {
   return $rc
 }
 
-heavy=() rest=()
+# The short host scenarios (nvidia_env, smoke, storage: about 400 s together beside the other lane) run after
+# molecule/fleet in its lane: with molecule/group's multi-host deploy (about 1,900 s beside molecule/fleet)
+# the second lane had become the longer one by about 800 s (docs/testing.md).
+heavy=() rest=() after_heavy=()
 for s in $scenarios; do
   [ -f "molecule/$s/molecule.yml" ] || continue
-  if [ "$s" = fleet ]; then heavy+=("$s"); else rest+=("$s"); fi
+  case "$s" in
+    fleet) heavy+=("$s") ;;
+    nvidia_env|smoke|storage) after_heavy+=("$s") ;;
+    *) rest+=("$s") ;;
+  esac
 done
+if [ ${#heavy[@]} -gt 0 ]; then heavy+=("${after_heavy[@]}"); else rest+=("${after_heavy[@]}"); fi
 shared_rc=0 mol_rc=0 lint_rc=0
 if [ $(( ${#heavy[@]} + ${#rest[@]} )) = 0 ]; then
   step "module docs, playbook syntax, ansible-lint, ansible-test sanity"
