@@ -261,15 +261,19 @@ def test_a_member_without_its_head_is_restarted_after_the_set_number_of_looks(tm
     conn, _ = srv.accept()
     unit = "modelfleet-vllm@tiny.service"
     proc = tmp_path / "proc"
-    for pid, cgroup, inode in (("101", f"/system.slice/system-x.slice/{unit}", _inode_of(cli)),
-                               ("102", f"/system.slice/{unit}/worker", 999999999),  # a sub-cgroup of the unit
-                               ("103", "/system.slice/other.service", _inode_of(cli))):
+    # the unit's holder of the connection is this process (its pid, the client's fd): the watchdog's keepalive is
+    # set on the real socket
+    me, ino = str(os.getpid()), _inode_of(cli)
+    for pid, cgroup, fd, inode in ((me, f"/system.slice/system-x.slice/{unit}", cli.fileno(), ino),
+                                   ("102", f"/system.slice/{unit}/worker", 3, 999999999),  # a sub-cgroup of the unit
+                                   ("103", "/system.slice/other.service", 3, ino)):
         (proc / pid / "fd").mkdir(parents=True)
         (proc / pid / "cgroup").write_text(f"0::{cgroup}\n")
-        os.symlink(f"socket:[{inode}]", proc / pid / "fd" / "3")
+        os.symlink(f"socket:[{inode}]", proc / pid / "fd" / str(fd))
     (proc / "self").mkdir()
-    assert wd.unit_socket_inodes(unit, proc=str(proc)) == {_inode_of(cli), 999999999}
-    assert wd.unit_socket_inodes("other.service", proc=str(proc)) == {_inode_of(cli)}
+    assert wd.unit_socket_inodes(unit, proc=str(proc)) == {ino, 999999999}
+    assert wd.unit_sockets(unit, proc=str(proc)) == {ino: (os.getpid(), cli.fileno()), 999999999: (102, 3)}
+    assert wd.unit_socket_inodes("other.service", proc=str(proc)) == {ino}
     assert wd.unit_socket_inodes("tiny.service", proc=str(proc)) == set()  # a name's tail is not the unit
     calls = []
 
@@ -281,9 +285,9 @@ def test_a_member_without_its_head_is_restarted_after_the_set_number_of_looks(tm
                if argv[1] == "show" else "")
         return type("R", (), {"stdout": out, "stderr": "", "returncode": 0})()
 
-    real_inodes = wd.unit_socket_inodes
+    real_sockets = wd.unit_sockets
     monkeypatch.setattr(wd.subprocess, "run", fake_run)
-    monkeypatch.setattr(wd, "unit_socket_inodes", lambda u: real_inodes(u, proc=str(proc)))
+    monkeypatch.setattr(wd, "unit_sockets", lambda u: real_sockets(u, proc=str(proc)))
     # the start budget (grace) is long: a member no look has seen joined is starting - unless the head closed on it
     cfg = {"unit": unit, "head": "127.0.0.1", "group_port": port, "failures": 2, "grace": 900}
     said = []
@@ -291,8 +295,15 @@ def test_a_member_without_its_head_is_restarted_after_the_set_number_of_looks(tm
     for d in (pause, seen, unseen, never):
         d.mkdir()
     try:
+        assert wd.keepalive_timers(_tables(), {ino}) == set()  # a new connection: no keepalive (vLLM sets none)
         assert wd.check(cfg, str(seen), None, said.append, pause_dir=str(pause)) == "none"  # a look sees it joined
         assert said == [] and json.loads((seen / f"{unit}.json").read_text())["answered"]
+        # ... and turned keepalive on for the member's connection to the head, on the socket itself
+        assert cli.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        assert cli.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE) == wd.KEEPALIVE["idle"]
+        assert cli.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT) == wd.KEEPALIVE["count"]
+        assert wd.keepalive_timers(_tables(), {ino}) == {ino}
+        assert not conn.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)  # the head's side is not the unit's
         conn.close()
         srv.close()
         time.sleep(0.2)
@@ -313,3 +324,37 @@ def test_a_member_without_its_head_is_restarted_after_the_set_number_of_looks(tm
         assert said == []
     finally:
         cli.close()
+
+
+def test_a_member_whose_keepalive_cannot_be_set_is_still_judged_and_says_why_once(tmp_path, monkeypatch):
+    """Without CAP_SYS_PTRACE (or with the holder gone) keepalive cannot be set: the look still judges the member
+    joined, and the cause is said once, not at every look."""
+    import os
+    import socket
+
+    srv = socket.create_server(("127.0.0.1", 0))
+    cli = socket.create_connection(("127.0.0.1", srv.getsockname()[1]))
+    conn, _ = srv.accept()
+    unit = "modelfleet-vllm@tiny.service"
+    sockets = {_inode_of(cli): (os.getpid(), cli.fileno())}
+
+    def refused(*_a, **_k):
+        raise PermissionError(1, "Operation not permitted")
+
+    started = int(time.monotonic() * 1e6)
+    monkeypatch.setattr(wd, "unit_sockets", lambda u: sockets)
+    monkeypatch.setattr(wd, "keep_alive", refused)
+    monkeypatch.setattr(wd.subprocess, "run", lambda argv, **kw: type("R", (), {
+        "stdout": f"ActiveState=active\nInvocationID=b1\nActiveEnterTimestampMonotonic={started}\n",
+        "stderr": "", "returncode": 0})())
+    cfg = {"unit": unit, "head": "127.0.0.1", "group_port": srv.getsockname()[1], "failures": 2, "grace": 900}
+    said = []
+    try:
+        for _ in range(3):
+            assert wd.check(cfg, str(tmp_path), None, said.append, pause_dir=str(tmp_path)) == "none"
+        assert len(said) == 1 and "could not turn TCP keepalive on" in said[0] and "Operation not permitted" in said[0]
+        assert json.loads((tmp_path / f"{unit}.json").read_text())["answered"]
+        assert not cli.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+    finally:
+        for s in (cli, conn, srv):
+            s.close()

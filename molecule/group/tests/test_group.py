@@ -222,6 +222,27 @@ def test_the_group_also_served_as_data_parallel_with_a_headless_rank(host):
             f"requests per engine {served}; the headless rank's watchdog found it joined")
 
 
+def test_the_headless_members_connections_to_the_head_have_tcp_keepalive(host):
+    """vLLM sets no TCP keepalive: a head host that lost power would leave the member joined forever. Its watchdog
+    turns keepalive on for the member's connections to the head (pidfd_getfd on the unit's real sockets, needing
+    CAP_SYS_PTRACE); the kernel's own table shows the keepalive timer on each. Checked on the group that runs at the
+    end (after the kill -9 test's restart, once the member's watchdog has looked at its new connections)."""
+    if _name(host) != "group-2":
+        pytest.skip("the headless member's own sockets")
+    probe = ("import sys; sys.path.insert(0, '/opt/modelfleet/watchdog'); import watchdog as w; "
+             f"s = set(w.unit_sockets('{UNIT}')); t = w.tcp_tables(); c = w.connections(t, s, '{ADDRESS['group-1']}'); "
+             "print(len(c), len(w.keepalive_timers(t, c)))")
+    deadline, seen = time.monotonic() + 90, None
+    while time.monotonic() < deadline:
+        seen = host.run(f'python3 -c "{probe}"').stdout.split()
+        if len(seen) == 2 and int(seen[0]) > 0 and seen[0] == seen[1]:
+            break
+        time.sleep(5)
+    assert len(seen) == 2 and int(seen[0]) > 0 and seen[0] == seen[1], (
+        "connections to the head, of them with keepalive", seen,
+        host.run("journalctl -u modelfleet-watchdog.service --no-pager -o cat -n 20").stdout)
+
+
 def test_kill_9_of_the_headless_members_main_process_restarts_the_group_as_a_whole(host):
     """The issue's failure mode: the headless member's main process killed; its unit takes the worker with it
     (KillMode=control-group) and starts again, but a follower cannot join a running group: the head's /health

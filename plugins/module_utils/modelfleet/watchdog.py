@@ -17,8 +17,12 @@ joins a restarted head, so it is restarted; a follower restarted while the old h
 and hangs, the head's completions fail, the head's own watchdog restarts it, and the follower follows. A socket
 the head closed (CLOSE-WAIT) with none established is proof the member had joined, even when no look saw it
 joined: under load a restarted follower can join the old head and lose it between two looks, and counted as
-"still starting" it would wait out its whole start budget beside a new head that waits for it. Each host
-judges only what it can see, and the group restarts as a whole without one host reaching into another.
+"still starting" it would wait out its whole start budget beside a new head that waits for it. A head *host*
+that loses power closes nothing, and an idle group sends nothing: vLLM sets no TCP keepalive, so the member's
+connections would stay ESTABLISHED forever. The watchdog turns keepalive on for the member's connections to the
+head (`keep_alive`: a duplicate of the socket taken with pidfd_getfd; the options belong to the socket), so the
+kernel probes a silent head and drops the connection when nothing answers - the member is then out of its group.
+Each host judges only what it can see, and the group restarts as a whole without one host reaching into another.
 A unit that is not active is left alone (stopped on purpose, or systemd is restarting it); one started less than `grace`
 seconds ago that has not answered yet is starting, not failing (its start budget, TimeoutStartSec, is the grace)."""
 
@@ -27,10 +31,16 @@ from __future__ import annotations
 import ipaddress
 import json
 import os
+import socket
 import subprocess
 import time
 
 STATE_DIR = "/var/lib/modelfleet-watchdog"
+# TCP keepalive on a headless member's connections to its head: first probe after `idle` s without traffic, then
+# every `interval` s; `count` unanswered probes drop the connection - a head host gone silent is seen in about a
+# minute, then the member's looks count as for a head that stopped
+KEEPALIVE = {"idle": 30, "interval": 10, "count": 3}
+SYS_PIDFD_GETFD = 438  # one number on every architecture (Linux 5.6)
 # /run/modelfleet-watchdog/pause/<unit> holds an epoch: until then the unit is not probed (the benchmark role
 # pauses the units it measures - a probe is another client, and its tokens would be counted in the point); a
 # pause whose writer died ends by itself
@@ -126,12 +136,13 @@ def _tcp_address(hexaddr: str) -> tuple[ipaddress._BaseAddress, int]:
 ESTABLISHED, CLOSE_WAIT = "01", "08"  # /proc/net/tcp's st column
 
 
-def holds_connection(tables: list[str], inodes: set[int], address: str, port: int | None = None,
-                     state: str = ESTABLISHED) -> bool:
-    """Whether one of the sockets `inodes` is a TCP connection to `address` (on `port`, or on any port when None) in
+def connections(tables: list[str], inodes: set[int], address: str, port: int | None = None,
+                state: str = ESTABLISHED) -> set[int]:
+    """Which of the sockets `inodes` are TCP connections to `address` (on `port`, or on any port when None) in
     `state` (ESTABLISHED; CLOSE_WAIT: the peer closed it, this side not yet), read from the text of /proc/net/tcp
-    and /proc/net/tcp6 (`tables`). Pure: the unit's socket inodes come from `unit_socket_inodes`."""
+    and /proc/net/tcp6 (`tables`). Pure: the unit's socket inodes come from `unit_sockets`."""
     want = ipaddress.ip_address(address)
+    found = set()
     for table in tables:
         for line in table.splitlines()[1:]:
             f = line.split()
@@ -143,15 +154,22 @@ def holds_connection(tables: list[str], inodes: set[int], address: str, port: in
             except ValueError:
                 continue
             if inode in inodes and ip == want and (port is None or rport == port):
-                return True
-    return False
+                found.add(inode)
+    return found
 
 
-def unit_socket_inodes(unit: str, proc: str = "/proc") -> set[int]:
-    """The socket inodes every process of the unit's control group holds (a worker whose parent died is still in
-    the group: KillMode=control-group). A process belongs to the unit when its cgroup (v2, /proc/<pid>/cgroup) is
-    the unit's or below it; read from /proc, not /sys/fs/cgroup, whose root differs inside a cgroup namespace."""
-    inodes = set()
+def holds_connection(tables: list[str], inodes: set[int], address: str, port: int | None = None,
+                     state: str = ESTABLISHED) -> bool:
+    """Whether one of the sockets `inodes` is a TCP connection to `address` in `state` (`connections`)."""
+    return bool(connections(tables, inodes, address, port, state))
+
+
+def unit_sockets(unit: str, proc: str = "/proc") -> dict[int, tuple[int, int]]:
+    """The sockets every process of the unit's control group holds (a worker whose parent died is still in the group:
+    KillMode=control-group), as {inode: (pid, fd)} - one holder each. A process belongs to the unit when its cgroup
+    (v2, /proc/<pid>/cgroup) is the unit's or below it; read from /proc, not /sys/fs/cgroup, whose root differs
+    inside a cgroup namespace."""
+    out: dict[int, tuple[int, int]] = {}
     for pid in os.listdir(proc):
         if not pid.isdigit():
             continue
@@ -161,25 +179,83 @@ def unit_socket_inodes(unit: str, proc: str = "/proc") -> set[int]:
         except (OSError, IndexError):
             continue
         if any(p.endswith("/" + unit) or f"/{unit}/" in p for p in paths):
-            inodes |= socket_inodes(f"{proc}/{pid}/fd")
-    return inodes
+            for inode, fd in socket_fds(f"{proc}/{pid}/fd").items():
+                out.setdefault(inode, (int(pid), fd))
+    return out
 
 
-def socket_inodes(fd_dir: str) -> set[int]:
-    """The socket inodes among one process's open files (its /proc/<pid>/fd folder)."""
+def unit_socket_inodes(unit: str, proc: str = "/proc") -> set[int]:
+    """The socket inodes every process of the unit's control group holds (`unit_sockets`)."""
+    return set(unit_sockets(unit, proc))
+
+
+def socket_fds(fd_dir: str) -> dict[int, int]:
+    """The sockets among one process's open files (its /proc/<pid>/fd folder), as {inode: fd}."""
     try:
         fds = os.listdir(fd_dir)
     except OSError:
-        return set()
-    out = set()
+        return {}
+    out = {}
     for fd in fds:
         try:
             target = os.readlink(f"{fd_dir}/{fd}")
         except OSError:
             continue
-        if target.startswith("socket:["):
-            out.add(int(target[8:-1]))
+        if target.startswith("socket:[") and fd.isdigit():
+            out.setdefault(int(target[8:-1]), int(fd))
     return out
+
+
+def socket_inodes(fd_dir: str) -> set[int]:
+    """The socket inodes among one process's open files (its /proc/<pid>/fd folder)."""
+    return set(socket_fds(fd_dir))
+
+
+def _pidfd_getfd(pidfd: int, fd: int) -> int:
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    r = libc.syscall(SYS_PIDFD_GETFD, pidfd, fd, 0)
+    if r < 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+    return r
+
+
+def keep_alive(pid: int, fd: int, idle: int, interval: int, count: int) -> None:
+    """Turn TCP keepalive on for a socket another process holds (its fd `fd`): a duplicate taken with pidfd_getfd
+    (root with CAP_SYS_PTRACE) carries the options to the socket itself, then is closed - the process's own fd and
+    connection are untouched. Raises OSError (the process or fd is gone, or the capability is missing)."""
+    pidfd = os.pidfd_open(pid)
+    try:
+        dup = _pidfd_getfd(pidfd, fd)
+    finally:
+        os.close(pidfd)
+    s = socket.socket(fileno=dup)
+    try:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE, idle)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL, interval)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT, count)
+    finally:
+        s.close()
+
+
+def keepalive_timers(tables: list[str], inodes: set[int]) -> set[int]:
+    """Which of the sockets `inodes` have the keepalive timer pending (/proc/net/tcp's `tr` column 2): what
+    `keep_alive` set, seen by the kernel. Pure."""
+    found = set()
+    for table in tables:
+        for line in table.splitlines()[1:]:
+            f = line.split()
+            if len(f) < 10:
+                continue
+            try:
+                if int(f[9]) in inodes and f[5].split(":")[0] == "02":
+                    found.add(int(f[9]))
+            except ValueError:
+                continue
+    return found
 
 
 def follower_joined(tables: list[str], inodes: set[int], cfg: dict) -> tuple[bool, str, bool]:
@@ -209,8 +285,25 @@ def tcp_tables(proc: str = "/proc") -> list[str]:
     return tables
 
 
-def _follower_probe(cfg: dict) -> tuple[bool, str, bool]:
-    return follower_joined(tcp_tables(), unit_socket_inodes(cfg["unit"]), cfg)
+def _follower_probe(cfg: dict, state: dict, log) -> tuple[bool, str, bool]:
+    """A headless member's look (follower_joined) and, while it is joined, keepalive on its connections to the head;
+    a failure to set it is said once per cause (kept in state["keepalive_error"])."""
+    tables, socks = tcp_tables(), unit_sockets(cfg["unit"])
+    joined, detail, had_joined = follower_joined(tables, set(socks), cfg)
+    if joined:
+        ka = dict(KEEPALIVE, **cfg.get("keepalive", {}))
+        errors = []
+        for inode in sorted(connections(tables, set(socks), cfg["head"])):
+            try:
+                keep_alive(*socks[inode], idle=int(ka["idle"]), interval=int(ka["interval"]), count=int(ka["count"]))
+            except OSError as e:
+                errors.append(f"{type(e).__name__}: {e}")
+        error = errors[0] if errors else None
+        if error and error != state.get("keepalive_error"):
+            log(f"{cfg['unit']}: could not turn TCP keepalive on for its connections to the head ({error}); a head "
+                "host that loses power would not be noticed (the watchdog needs root with CAP_SYS_PTRACE)")
+        state["keepalive_error"] = error
+    return joined, detail, had_joined
 
 
 def check(cfg: dict, state_dir: str, look, log, pause_dir: str = PAUSE_DIR) -> str:
@@ -228,7 +321,7 @@ def check(cfg: dict, state_dir: str, look, log, pause_dir: str = PAUSE_DIR) -> s
     if action == "probe":
         had_joined = False
         if follower:
-            ok, detail, had_joined = _follower_probe(cfg)
+            ok, detail, had_joined = _follower_probe(cfg, state, log)
             what = "a look at its connection to the group's head"
         else:
             stage, detail, _text = look(cfg["url"], cfg["served_name"], _api_key(cfg.get("env_file", "")),
