@@ -246,8 +246,11 @@ def test_the_headless_members_connections_to_the_head_have_tcp_keepalive(host):
 def test_kill_9_of_the_headless_members_main_process_restarts_the_group_as_a_whole(host):
     """The issue's failure mode: the headless member's main process killed; its unit takes the worker with it
     (KillMode=control-group) and starts again, but a follower cannot join a running group: the head's /health
-    stays 200 while a completion hangs. The head's watchdog restarts the head (real completions failed), the
-    follower's watchdog restarts the follower (its connection to the head's store closed), and the group serves."""
+    stays 200 while a completion hangs. The head's watchdog restarts the head (real completions failed), and the
+    group serves again. How the follower gets into the new group depends on timing, and each way is right: it had
+    joined the old head and its watchdog restarts it once that head is gone (its connection closed); or, still
+    starting when the old head went (a loaded machine: CI), it joins the new head as systemd started it; or it exits
+    with the old head and systemd starts it again. The figure names the way taken."""
     _head_only(host)
     follower = _other(host, "group-2")
     head_before, follower_before = _invocation(host), _invocation(follower)
@@ -260,7 +263,8 @@ def test_kill_9_of_the_headless_members_main_process_restarts_the_group_as_a_who
     deadline = time.monotonic() + 120
     while _invocation(follower) == follower_before and time.monotonic() < deadline:
         time.sleep(1)
-    assert _invocation(follower) != follower_before, "systemd did not restart the killed member"
+    follower_started = _invocation(follower)
+    assert follower_started != follower_before, "systemd did not restart the killed member"
     health = host.run(f"curl -s -o /dev/null -w '%{{http_code}}' -m 10 http://127.0.0.1:{PORT}/health").stdout
     hung = _complete(host, timeout=15, max_tokens=1)
     assert health == "200" and hung.stdout != "200", (health, hung.stdout)  # healthy by /health, generating nothing
@@ -287,11 +291,16 @@ def test_kill_9_of_the_headless_members_main_process_restarts_the_group_as_a_who
          h.run(f"cat /var/lib/modelfleet-watchdog/{UNIT}.json").stdout)
         for h, log in ((host, head_log), (follower, follower_log))]
     assert f"{UNIT}: restarting: 2 real completions failed in a row" in head_log
-    assert f"{UNIT}: restarting: 2 looks in a row found it out of its group" in follower_log, follower_log[-2000:]
     with open(os.path.join(EPHEMERAL, "reference.json")) as f:
         assert json.loads(host.file("/tmp/answer.json").content_string)["choices"][0]["text"] == json.load(f)["text"]
+    if f"{UNIT}: restarting: 2 looks in a row found it out of its group" in follower_log:
+        way = "the follower restarted by its own watchdog once the old head was gone"
+    elif _invocation(follower) == follower_started:
+        way = "the follower, still starting when the old head went, joined the new head without a restart"
+    else:
+        way = "the follower exited with the old head and systemd started it again"
     _figure(f"kill -9 of the headless member: head restarted by its watchdog after {head_restart:.0f} s, the group "
-            f"served again after {served:.0f} s (it was ready in {_ready(host)} s the first time on one host)")
+            f"served again after {served:.0f} s ({way}; it was ready in {_ready(host)} s the first time on one host)")
 
 
 def _ready(host):
