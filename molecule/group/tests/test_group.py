@@ -181,8 +181,10 @@ def test_a_member_whose_server_exits_at_start_rolls_the_group_back_at_once(host)
     serves again: the other checks here ask it)."""
     said = json.loads(host.file("/root/crash-deploy.json").content_string)
     # either verdict of readiness.start_verdict: restarted more often than allowed, or failed at systemd's start
-    # limit (a slower machine polls after more restarts)
-    verdict = r"group member group-2: (the server exited before it was ready|the unit failed)"
+    # limit (a slower machine polls after more restarts); or, on a loaded machine, the start job itself failed (the
+    # server exited before systemd finished counting the start) - the member then goes on to the polls and fails
+    # the group there, not alone
+    verdict = r"group member group-2: (the server exited before it was ready|the unit failed|its start failed)"
     assert re.search(verdict, said["msg"]), said
     assert "rolled back to" in said["msg"], said
     # failing at the start budget would take 900 s before the rollback's own wait for the restored group (about
