@@ -59,6 +59,11 @@ options:
     default: random
   prefix_len: {description: "Tokens of the shared prefix (0 = half the input).", type: int, default: 0}
   turns: {description: "Requests per session (multi-turn).", type: int, default: 3}
+  thinking_budget:
+    description:
+      - "A reasoning model's thinking per request, in tokens (vLLM's C(thinking_token_budget); the server needs a"
+      - "reasoning parser and reasoning config). Omitted: the model ends its reasoning itself. Chat endpoint only."
+    type: int
   max_client_cpu_fraction: {description: A client process above this share of a core makes a point invalid., type: float, default: 0.9}
   max_loop_lag_p99_ms: {description: Client event-loop lag p99 above this makes a point invalid., type: float, default: 25}
   seed: {description: Prompt seed., type: int, default: 0}
@@ -127,6 +132,7 @@ def main():
             "workload": {"type": "str", "default": "random", "choices": ["random", "shared-prefix", "multi-turn"]},
             "prefix_len": {"type": "int", "default": 0},
             "turns": {"type": "int", "default": 3},
+            "thinking_budget": {"type": "int"},
             "max_client_cpu_fraction": {"type": "float", "default": 0.9},
             "max_loop_lag_p99_ms": {"type": "float", "default": 25},
             "seed": {"type": "int", "default": 0},

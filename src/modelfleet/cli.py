@@ -218,7 +218,8 @@ def cmd_bench(a) -> int:
                input_len=a.input_len, output_len=a.output_len, vocab_size=a.vocab_size, warmup=a.warmup,
                processes=a.processes, seed=a.seed, goodput_ttft_ms=a.goodput_ttft_ms,
                goodput_tpot_ms=a.goodput_tpot_ms, tokenizer=a.model_repo or None, workload=a.workload,
-               prefix_len=a.prefix_len, turns=a.turns, server_pid=a.server_pid, stop_file=a.stop_file)
+               prefix_len=a.prefix_len, turns=a.turns, server_pid=a.server_pid, stop_file=a.stop_file,
+               thinking_budget=a.thinking_budget)
 
     def progress(p):
         if a.json:
@@ -227,7 +228,8 @@ def cmd_bench(a) -> int:
         print(f"C={p['max_concurrency']:>4}  {p['output_throughput']:9.1f} out tok/s  TTFT p50 "
               f"{p['median_ttft_ms']:8.1f} ms  TPOT p50 {p['median_tpot_ms']:7.2f} ms  E2E p50 "
               f"{p['median_e2el_ms']:8.1f} ms  server/client tokens diff "
-              f"{'-' if p['reconcile_diff'] is None else format(p['reconcile_diff'], '.2%')}{flag}", flush=True)
+              f"{'-' if p['reconcile_diff'] is None else format(p['reconcile_diff'], '.2%')}"
+              + (f"  TTFA p50 {p['median_ttfa_ms']:8.1f} ms" if "median_ttfa_ms" in p else "") + flag, flush=True)
 
     slo = {k: v for k, v in (("ttft_p99_ms", a.slo_ttft_p99_ms), ("tpot_p99_ms", a.slo_tpot_p99_ms),
                               ("e2el_p99_ms", a.slo_e2el_p99_ms)) if v is not None}
@@ -571,6 +573,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "point's prompt count is then its sessions)")
     p.add_argument("--prefix-len", type=int, default=0, help="tokens of the shared prefix (0: half the input)")
     p.add_argument("--turns", type=int, default=3, help="multi-turn: requests per session")
+    p.add_argument("--thinking-budget", type=int, default=None, metavar="TOKENS",
+                   help="a reasoning model's thinking per request (vLLM's thinking_token_budget; --endpoint chat, a "
+                        "server with a reasoning parser and --reasoning-config); unset: the model ends it itself")
     p.add_argument("--stop-file", default=None, metavar="PATH",
                    help="stop sending when PATH exists (the requests in flight finish): a load that lasts as long "
                         "as something else, e.g. a rolling switch through the fleet endpoint")

@@ -24,7 +24,7 @@ CSV_FIELDS = [
     "output_tokens_per_user_s", "mean_ttft_ms", "median_ttft_ms", "p90_ttft_ms", "p99_ttft_ms",
     "mean_tpot_ms", "median_tpot_ms", "p90_tpot_ms", "p99_tpot_ms", "mean_itl_ms", "p99_itl_ms",
     "mean_e2el_ms", "median_e2el_ms", "p90_e2el_ms", "p99_e2el_ms", "mean_queue_ms", "p99_queue_ms",
-    "total_output_tokens",
+    "median_ttfa_ms", "p99_ttfa_ms", "reasoning_share", "total_output_tokens",
     "server_generation_tokens", "reconcile_diff", "client_cpu_fraction_max", "client_loop_lag_p99_ms",
     "client_processes", "server_requests_waiting_max", "server_kv_cache_usage_max", "kv_bound_concurrency",
     "beyond_kv_bound", "valid", "invalid_reasons",
@@ -38,6 +38,7 @@ def write_csv(result: dict, path: Path) -> None:
         for p in result["points"]:
             row = dict(p)
             row["invalid_reasons"] = "; ".join(p.get("invalid_reasons") or [])
+            row["reasoning_share"] = (p.get("reasoning") or {}).get("reasoning_share")
             w.writerow(row)
 
 
@@ -155,6 +156,10 @@ def write_html(result: dict, path: Path, png_name: str, title: str) -> None:
             ("client CPU", "client_cpu_fraction_max"), ("server CPU cores", "server_cores"),
             ("GPU util %", "gpu_util"), ("waiting max", "server_requests_waiting_max"),
             ("KV max", "server_kv_cache_usage_max")]
+    if any(p.get("reasoning") for p in pts):  # a reasoning model: the time to the answer's first token
+        cols[9:9] = [("TTFA p50 ms", "median_ttfa_ms"), ("TTFA p99 ms", "p99_ttfa_ms"),
+                     ("reasoning share", "reasoning_share")]
+        pts = [dict(p, reasoning_share=(p.get("reasoning") or {}).get("reasoning_share")) for p in pts]
     head = "".join(f"<th>{html.escape(c)}</th>" for c, _ in cols) + "<th>valid</th>"
     rows = []
     for p in pts:

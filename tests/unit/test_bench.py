@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.bench import BenchError
@@ -217,6 +219,12 @@ def test_equivalent_commands_repeat_the_point_with_other_tools():
     assert g[g.index("--rate-type") + 1:g.index("--rate-type") + 4] == ["poisson", "--rate", "4.5"]
     assert a[a.index("--request-rate") + 1] == "4.5" and a[a.index("--endpoint-type") + 1] == "chat"
     assert "OPENAI_API_KEY" not in opened["note"]
+    thinking = bench.equivalent_commands(dict(cfg, endpoint="chat", thinking_budget=64),
+                                         {"num_prompts": 8, "max_concurrency": 1, "request_rate": "inf"})
+    v, a = shlex.split(thinking["vllm_bench_serve"]), shlex.split(thinking["aiperf"])
+    assert json.loads(v[v.index("--extra-body") + 1]) == {"thinking_token_budget": 64}
+    assert "thinking_token_budget:64" in a and "GuideLLM line does not" in thinking["note"]
+    assert "--extra-body" not in shlex.split(opened["vllm_bench_serve"])
 
 
 @pytest.mark.parametrize("df,want", [(1, 12.7062), (4, 2.7764), (9, 2.2622), (29, 2.0452), (1000, 1.9623)])
@@ -423,3 +431,33 @@ def test_a_replica_without_every_point_is_refused():
         bench.fleet_comparison({"points": [_pt(2, 1.0), _pt(4, 1.0)]}, {"r1": {"points": [_pt(1, 1.0)]}})
     with pytest.raises(BenchError, match="no replica measured alone"):
         bench.fleet_comparison({"points": [_pt(2, 1.0)]}, {})
+
+
+def test_a_reasoning_point_tells_the_thinking_apart_and_times_the_answer():
+    """TTFT counts the first reasoning token; TTFA (time to the first token of the answer) is what a user of a
+    reasoning model waits for. A request still thinking at max_tokens has no answer: it is counted, not timed."""
+    a = dict(rec(0.0, 0.1, [0.05] * 9), reasoning_steps=6, answer_at=0.1 + 6 * 0.05, server_reasoning_tokens=0)
+    b = dict(rec(0.2, 0.1, [0.05] * 9), reasoning_steps=2, answer_at=0.2 + 0.1 + 2 * 0.05, server_reasoning_tokens=0)
+    thinking = dict(rec(0.0, 0.1, [0.05] * 9), reasoning_steps=10, answer_at=None)
+    m = bench.point_metrics([a, b, thinking])
+    r = m["reasoning"]
+    assert (r["requests"], r["answered"], r["reasoning_steps"], r["answer_steps"]) == (3, 2, 18, 12)
+    assert r["reasoning_share"] == pytest.approx(18 / 30) and r["server_reasoning_tokens"] == 0
+    assert m["mean_ttfa_ms"] == pytest.approx((400 + 200) / 2) and m["p99_ttfa_ms"] == pytest.approx(200 + 200 * 0.99)
+    assert m["mean_ttft_ms"] == pytest.approx(100)
+    plain = dict(rec(0.0, 0.1, [0.05] * 3), reasoning_steps=0, answer_at=0.1)
+    assert "reasoning" not in bench.point_metrics([plain]) and "mean_ttfa_ms" not in bench.point_metrics([plain])
+
+
+def test_a_thinking_budget_is_a_whole_number_for_the_chat_endpoint():
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench_client
+
+    cfg = dict(bench_client.default_config(), model="m", endpoint="chat", thinking_budget=16)
+    bench_client.make_prompts(cfg, 2, 0)
+    assert bench_client._payload(cfg, "hi")["thinking_token_budget"] == 16
+    assert "thinking_token_budget" not in bench_client._payload(dict(cfg, thinking_budget=None), "hi")
+    for bad in (-1, 1.5, True, "8"):
+        with pytest.raises(BenchError, match="thinking_budget must be a whole number of tokens >= 0"):
+            bench_client.make_prompts(dict(cfg, thinking_budget=bad), 2, 0)
+    with pytest.raises(BenchError, match="set endpoint to chat"):
+        bench_client.make_prompts(dict(cfg, endpoint="completions"), 2, 0)

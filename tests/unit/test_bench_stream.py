@@ -94,3 +94,41 @@ def test_an_error_event_or_a_stream_without_usage_is_reported(piece):
     # the stream ends without [DONE] and without its last line's end: that line is still read
     rec = _run(_body(_events(False, WORDS), done=False)[:-2], piece, _cfg())
     assert rec["error"] == "" and rec["completion_tokens"] == len(WORDS) and len(rec["chunk_times"]) == len(WORDS)
+
+
+def _reasoning_events(key: str, thought: list[str], answer: list[str], both_at_the_turn: bool = False) -> list:
+    """A reasoning model's chat stream as vLLM's reasoning parser sends it: the role delta, reasoning deltas (empty
+    ones too: an incomplete character), then the answer; `both_at_the_turn`: one delta carries the end of the
+    reasoning and the start of the answer. The server counts its reasoning tokens as 0 (as vLLM 0.32 does when the
+    template opened the reasoning in the prompt)."""
+    out = [{"choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
+    out += [{"choices": [{"index": 0, "delta": {key: w}}]} for w in thought]
+    if both_at_the_turn:
+        out[-1]["choices"][0]["delta"]["content"] = answer[0]
+        answer = answer[1:]
+    out += [{"choices": [{"index": 0, "delta": {"content": w}}]} for w in answer]
+    n = len(thought) + len(answer) + (1 if both_at_the_turn else 0) + 1  # + </think>, which sends no chunk
+    out.append({"choices": [], "usage": {"prompt_tokens": 7, "completion_tokens": n,
+                                         "completion_tokens_details": {"reasoning_tokens": 0}}})
+    return out
+
+
+@pytest.mark.parametrize("key", ["reasoning", "reasoning_content"])  # vLLM 0.32's name, and earlier versions'
+@pytest.mark.parametrize("piece", [5, 100000])
+def test_a_reasoning_stream_counts_its_thinking_and_when_the_answer_began_and_keeps_only_the_answer(key, piece):
+    thought, answer = [" let", "", " me", " think"], [" the", " answer"]
+    rec = _run(_body(_reasoning_events(key, thought, answer)), piece, _cfg(chat=True), keep_text=True)
+    assert rec["error"] == "" and len(rec["chunk_times"]) == 6
+    assert rec["reasoning_steps"] == 4 and rec["answer_at"] == rec["chunk_times"][4]
+    assert rec["text"] == " the answer"  # a conversation's history holds the answer, never the reasoning
+    assert rec["server_reasoning_tokens"] == 0 and rec["completion_tokens"] == 7
+    rec = _run(_body(_reasoning_events(key, thought, answer, both_at_the_turn=True)), piece, _cfg(chat=True))
+    assert rec["reasoning_steps"] == 4 and rec["answer_at"] == rec["chunk_times"][3]
+    rec = _run(_body(_reasoning_events(key, thought, [])), piece, _cfg(chat=True))  # thinking till max_tokens
+    assert rec["reasoning_steps"] == 4 and rec["answer_at"] is None
+
+
+def test_a_stream_without_reasoning_has_no_reasoning_steps():
+    rec = _run(_body(_events(True, WORDS)), 64, _cfg(chat=True))
+    assert rec["reasoning_steps"] == 0 and rec["answer_at"] == rec["chunk_times"][0]
+    assert "reasoning_steps" not in _run(_body(_events(False, WORDS)), 64, _cfg())

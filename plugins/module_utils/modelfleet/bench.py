@@ -10,6 +10,9 @@ A request record (one streamed request) is a dict:
     prompt_tokens       from the server's usage field
     completion_tokens   from the server's usage field
     error               "" on success, else the reason
+    reasoning_steps     chat: the chunks that carried reasoning (a reasoning model's thinking)
+    answer_at           chat: when the first chunk of the answer (content or a tool call) came, or None
+    server_reasoning_tokens  chat: the server's usage.completion_tokens_details.reasoning_tokens, when sent
 
 Field names of a point follow `vllm bench serve --save-result` where the meaning is the same
 (mean_ttft_ms, p99_itl_ms, output_throughput, ...). FORMULAS is stored in every result.
@@ -44,6 +47,9 @@ FORMULAS = {
     "prefix_cache_hit_rate": "delta vllm:prefix_cache_hits_total / delta vllm:prefix_cache_queries_total (prompt "
                              "tokens found in the prefix cache / looked up) across the point",
     "percentiles": "linear interpolation between closest ranks (numpy's default)",
+    "ttfa_ms": "reasoning streams: time of the first streamed answer chunk (content or tool call, after the "
+               "reasoning) - request start; requests whose answer began",
+    "reasoning_share": "reasoning streams: chunks that carried reasoning / all generation chunks",
 }
 
 PERCENTILES = (50, 90, 99)
@@ -133,8 +139,29 @@ def point_metrics(records: list[dict], *, goodput_ttft_ms: float | None = None,
     m.update(_stats("e2el", e2els))
     if queues:  # the time requests waited in the client before going out (included in ttft and e2el)
         m.update(_stats("queue", queues))
+    m.update(reasoning_metrics(ok))
     # error bars of the mean latencies over this point's requests (Student-t, 95%)
     m.update(ci_ttft_ms=mean_ci(ttfts), ci_tpot_ms=mean_ci(tpots), ci_e2el_ms=mean_ci(e2els))
+    return m
+
+
+def reasoning_metrics(ok: list[dict]) -> dict:
+    """A reasoning model's streams: how much of the generation was reasoning, and the time to the first token of
+    the answer (TTFT counts the first reasoning token: a user waits for the answer). {} when no stream reasoned.
+    The server's own count of reasoning tokens is kept beside the client's: vLLM counts only tokens between a
+    generated <think> and </think>, so for a model whose template opens the reasoning in the prompt it says 0."""
+    reasoned = [r for r in ok if r.get("reasoning_steps")]
+    if not reasoned:
+        return {}
+    steps = sum(r["reasoning_steps"] for r in ok)
+    chunks = sum(len(r.get("chunk_times") or ()) for r in ok)
+    answered = [r for r in reasoned if r.get("answer_at") is not None]
+    server = [r["server_reasoning_tokens"] for r in ok if r.get("server_reasoning_tokens") is not None]
+    m = {"reasoning": {"requests": len(reasoned), "answered": len(answered), "reasoning_steps": steps,
+                       "answer_steps": chunks - steps, "reasoning_share": steps / chunks if chunks else 0.0,
+                       "server_reasoning_tokens": sum(server) if server else None}}
+    if answered:
+        m.update(_stats("ttfa", [(r["answer_at"] - r["start"]) * 1000 for r in answered]))
     return m
 
 
@@ -495,6 +522,9 @@ def equivalent_commands(cfg: dict, point: dict, tokenizer: str | None = None) ->
     goodput = [f"{k}:{cfg[f'goodput_{k}_ms']:g}" for k in ("ttft", "tpot") if cfg.get(f"goodput_{k}_ms")]
     if goodput:
         vllm += ["--goodput", *goodput]
+    budget = cfg.get("thinking_budget")
+    if budget is not None:
+        vllm += ["--extra-body", f'{{"thinking_token_budget": {int(budget)}}}']
     data = f"prompt_tokens={ilen - shared},output_tokens={olen}" + (f",prefix_tokens={shared}" if shared else "")
     guide = ["guidellm", "benchmark", "--target", url, "--model", model, "--processor", tok, "--data", data,
              "--max-requests", str(n)]
@@ -507,6 +537,8 @@ def equivalent_commands(cfg: dict, point: dict, tokenizer: str | None = None) ->
               "0", "--extra-inputs", "ignore_eos:true",
               *(["--conversation-num", str(n), "--conversation-turn-mean", str(turns), "--conversation-turn-stddev",
                  "0"] if turns else ["--request-count", str(n)]), "--random-seed", str(cfg.get("seed", 0))]
+    if budget is not None:
+        aiperf += ["--extra-inputs", f"thinking_token_budget:{int(budget)}"]
     if rate is not None:
         aiperf += ["--request-rate", f"{rate:g}"]
     if c:
@@ -518,7 +550,9 @@ def equivalent_commands(cfg: dict, point: dict, tokenizer: str | None = None) ->
         "versions: check yours)" if shared else "") + (
         f"; multi-turn ({n} sessions of {turns} turns, each turn sent with the conversation so far): AIPerf's "
         "conversations are the equivalent; the vllm bench serve and GuideLLM lines send single-turn prompts of the "
-        "first turn's shape (no synthetic conversations there)" if turns else "") + key
+        "first turn's shape (no synthetic conversations there)" if turns else "") + (
+        f"; thinking budget {budget} tokens per request (vLLM's thinking_token_budget): the vllm bench serve and "
+        "AIPerf lines send it; the GuideLLM line does not" if budget is not None else "") + key
     return {"vllm_bench_serve": shlex.join(vllm), "guidellm": shlex.join(guide), "aiperf": shlex.join(aiperf),
             "note": note}
 

@@ -52,6 +52,9 @@ def default_config() -> dict:
         "goodput_ttft_ms": None, "goodput_tpot_ms": None, "max_cpu_fraction": 0.9, "max_lag_p99_ms": 25.0,
         "reconcile_tolerance": bench.RECONCILE_TOLERANCE, "tokenizer": None, "workload": "random", "prefix_len": 0,
         "turns": 3,
+        # a reasoning model's thinking, in tokens per request (vLLM's thinking_token_budget; chat endpoint, a
+        # server with a reasoning parser): None = the model ends its reasoning itself
+        "thinking_budget": None,
         "server_pid": 0, "gpu_telemetry": True,
         # a file whose appearance stops the sending (the requests in flight finish): a load that lasts as long
         # as something else does (a rolling switch through the fleet endpoint)
@@ -81,6 +84,12 @@ def make_prompts(cfg: dict, n: int, salt: int) -> list:
     workload = cfg.get("workload") or "random"
     if workload not in WORKLOADS:
         raise bench.BenchError(f"workload must be one of {', '.join(WORKLOADS)}, got {workload!r}")
+    budget = cfg.get("thinking_budget")
+    if budget is not None and (isinstance(budget, bool) or not isinstance(budget, int) or budget < 0):
+        raise bench.BenchError(f"thinking_budget must be a whole number of tokens >= 0, got {budget!r}")
+    if budget is not None and cfg["endpoint"] != "chat":
+        raise bench.BenchError("thinking_budget limits a reasoning model's thinking, which only the chat endpoint "
+                               "streams apart from the answer; set endpoint to chat")
     shared = min(int(cfg.get("prefix_len") or cfg["input_len"] // 2), cfg["input_len"]) \
         if workload in ("shared-prefix", "multi-turn") else 0
     fixed = random.Random(cfg["seed"] * 7_919 + 1)  # the same prefix in every point of the run
@@ -148,6 +157,8 @@ def turn_prompt(cfg: dict, item: dict, k: int, answers: list):
 def _payload(cfg: dict, prompt) -> dict:
     body = {"model": cfg["model"], "max_tokens": cfg["output_len"], "stream": True, "ignore_eos": True,
             "temperature": 0.0, "stream_options": {"include_usage": True}}
+    if cfg.get("thinking_budget") is not None:
+        body["thinking_token_budget"] = cfg["thinking_budget"]
     if cfg["endpoint"] == "chat" and isinstance(prompt, list) and prompt and isinstance(prompt[0], dict):
         body["messages"] = prompt  # a conversation (multi-turn)
     elif cfg["endpoint"] == "chat":
@@ -183,6 +194,8 @@ async def one_request(session, cfg: dict, prompt, scheduled: float | None = None
     sent = time.perf_counter()
     rec = {"start": sent if scheduled is None else scheduled, "sent": sent, "end": 0.0, "chunk_times": [],
            "prompt_tokens": 0, "completion_tokens": 0, "error": ""}
+    if chat:  # a reasoning model's stream: its reasoning steps, and when the answer began
+        rec.update(reasoning_steps=0, answer_at=None)
     text: list = []
     try:
         async with session.post(cfg["base_url"] + path, json=_payload(cfg, prompt), headers=_headers(cfg)) as r:
@@ -204,13 +217,23 @@ async def one_request(session, cfg: dict, prompt, scheduled: float | None = None
                         break
                     if _is_token_step(chunk, chat):
                         rec["chunk_times"].append(now)
-                        if keep_text:
-                            c = chunk["choices"][0]
-                            text.append((c.get("delta") or {}).get("content") or "" if chat else c.get("text") or "")
+                        if chat:
+                            d = chunk["choices"][0].get("delta") or {}
+                            if d.get("reasoning") is not None or d.get("reasoning_content") is not None:
+                                rec["reasoning_steps"] += 1
+                            if rec["answer_at"] is None and (d.get("content") is not None or d.get("tool_calls")):
+                                rec["answer_at"] = now
+                            if keep_text:  # a conversation's history holds the answer, never the reasoning
+                                text.append(d.get("content") or "")
+                        elif keep_text:
+                            text.append(chunk["choices"][0].get("text") or "")
                     usage = chunk.get("usage")
                     if usage:
                         rec["prompt_tokens"] = usage.get("prompt_tokens") or 0
                         rec["completion_tokens"] = usage.get("completion_tokens") or 0
+                        details = usage.get("completion_tokens_details") or {}
+                        if chat and details.get("reasoning_tokens") is not None:
+                            rec["server_reasoning_tokens"] = details["reasoning_tokens"]
                 if not rec["completion_tokens"] and not rec["error"]:
                     rec["error"] = "the stream ended without a usage record (server too old for include_usage?)"
     except (TimeoutError, aiohttp.ClientError, ValueError) as e:

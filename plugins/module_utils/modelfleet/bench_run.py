@@ -99,6 +99,7 @@ def run_benchmark(p: dict, check_mode: bool = False, sweep=None) -> dict:
                max_cpu_fraction=p["max_client_cpu_fraction"], max_lag_p99_ms=p["max_loop_lag_p99_ms"],
                reconcile_tolerance=p["reconcile_tolerance"], workload=p.get("workload") or "random",
                prefix_len=p.get("prefix_len") or 0, turns=p.get("turns", 3), server_pid=p.get("server_pid") or 0,
+               thinking_budget=p.get("thinking_budget"),
                tokenizer=(p["provenance"] or {}).get("model_repo") or None)
     try:
         result = (sweep or bench_client.run_sweep)(

@@ -7,6 +7,13 @@ generation_config.json. Deterministic: the same arguments give the same bytes on
 
 Shape: hidden 128, 2 attention heads of head_dim 64 (the CPU attention kernel rejects head_dim 16),
 1 KV head (GQA), 2 layers, vocabulary 512.
+
+reasoning=True builds a model shaped like a reasoning model's checkpoint: `<think>` and `</think>` are special
+tokens and the chat template opens the assistant's turn with `<think>` (as DeepSeek-R1's and Kimi-K2's do; the
+`thinking` template argument, false, closes it at once). Served with a reasoning parser (deepseek_r1) and the
+reasoning config that names those strings, its streams carry reasoning deltas, and a request's
+`thinking_token_budget` ends the reasoning after that many tokens (the weights are random: the model never ends
+it by itself).
 """
 
 from __future__ import annotations
@@ -35,6 +42,12 @@ CHAT_TEMPLATE = (
     "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 )
 SPECIAL = ["<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
+THINK = ["<think>", "</think>"]
+REASONING_CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n"
+    "{% if thinking is defined and not thinking %}<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}"
+)
 
 
 def _corpus(seed: int) -> list[str]:
@@ -45,14 +58,15 @@ def _corpus(seed: int) -> list[str]:
     return [" ".join(words[i] for i in rng.integers(0, len(words), size=24)) for _ in range(400)]
 
 
-def build_tokenizer(seed: int):
+def build_tokenizer(seed: int, reasoning: bool = False):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIAL, show_progress=False,
+    trainer = trainers.BpeTrainer(vocab_size=VOCAB, special_tokens=SPECIAL + (THINK if reasoning else []),
+                                  show_progress=False,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
     tok.train_from_iterator(_corpus(seed), trainer=trainer)
     return tok
@@ -96,10 +110,10 @@ def _write_shard(path: Path, tensors: dict[str, np.ndarray]) -> None:
             f.write(_bf16(tensors[n]))
 
 
-def build(out: str | Path, seed: int = 0, shards: int = 3, name: str = "tiny-llama") -> dict:
+def build(out: str | Path, seed: int = 0, shards: int = 3, name: str = "tiny-llama", reasoning: bool = False) -> dict:
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    tok = build_tokenizer(seed)
+    tok = build_tokenizer(seed, reasoning)
     vocab = tok.get_vocab_size()
     rng = np.random.default_rng(seed)
     shapes = tensor_shapes(vocab)
@@ -137,7 +151,8 @@ def build(out: str | Path, seed: int = 0, shards: int = 3, name: str = "tiny-lla
     (out / "tokenizer.json").write_text(json.dumps(tok_json, sort_keys=True, ensure_ascii=False) + "\n")
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "unk_token": "<unk>", "pad_token": "</s>", "model_max_length": 2048, "chat_template": CHAT_TEMPLATE,
+        "unk_token": "<unk>", "pad_token": "</s>", "model_max_length": 2048,
+        "chat_template": REASONING_CHAT_TEMPLATE if reasoning else CHAT_TEMPLATE,
         "add_bos_token": False, "add_eos_token": False, "clean_up_tokenization_spaces": False,
     }, indent=2, sort_keys=True) + "\n")
     return {"path": str(out), "files": sorted(p.name for p in out.iterdir() if p.is_file()),
@@ -159,10 +174,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--shards", type=int, default=3)
     ap.add_argument("--name", default="tiny-llama")
+    ap.add_argument("--reasoning", action="store_true", help="<think> tokens and a template that opens them")
     a = ap.parse_args(argv)
     if a.shards < 1:
         ap.error("--shards must be >= 1")
-    r = build(a.out, a.seed, a.shards, a.name)
+    r = build(a.out, a.seed, a.shards, a.name, a.reasoning)
     print(json.dumps(r, indent=2))
     return 0
 

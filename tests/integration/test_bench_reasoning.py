@@ -1,0 +1,69 @@
+"""A reasoning model's streams through the benchmark client, against real vLLM (CPU): the tiny model built as a
+reasoning model (<think> and </think> tokens, a chat template that opens the reasoning, as DeepSeek-R1's and
+Kimi-K2's do), served with the reasoning flags modelfleet derives from a profile (reasoning_parser deepseek_r1, and
+--reasoning-config in extra_args so that requests may carry vLLM's thinking_token_budget). The client counts the
+reasoning deltas as generation steps and apart from the answer, times the answer's first token (TTFA), and its
+tokens match the server's counter exactly. Its own server: the shared one serves a model that does not reason."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench_client, vllm_unit
+
+from modelfleet.harness.servers import start_vllm
+from modelfleet.harness.tiny_model import build
+
+pytestmark = pytest.mark.integration
+
+# what a profile of a reasoning model gives for this (docs/benchmark.md)
+REASONING = {"reasoning_parser": "deepseek_r1",
+             "extra_args": ["--reasoning-config",
+                            json.dumps({"reasoning_start_str": "<think>", "reasoning_end_str": "</think>"})]}
+N = 6
+
+
+@pytest.fixture(scope="module")
+def reasoner(tmp_path_factory):
+    model = tmp_path_factory.mktemp("reasoner") / "tiny-reasoner"
+    build(model, seed=0, shards=1, name="tiny-reasoner", reasoning=True)
+    argv = vllm_unit.server_argv(python="python3", model_dir=str(model), plan=None, host="127.0.0.1", port=8000,
+                                 revision=None, profile={"served_model_name": "tiny-reasoner",
+                                                         "vllm": {"max_model_len": 1024, **REASONING}})
+    srv = start_vllm(model, "tiny-reasoner", tmp_path_factory.mktemp("reasoner-logs"),
+                     extra_args=argv[argv.index("--reasoning-parser"):], timeout=900)
+    try:
+        yield srv
+    finally:
+        srv.stop()
+
+
+def _point(url, **kw):
+    cfg = dict(bench_client.default_config(), base_url=url, model="tiny-reasoner", endpoint="chat", input_len=16,
+               output_len=24, warmup=1, **kw)
+    p = bench_client.run_point(cfg, concurrency=2, num_prompts=N)
+    assert p["failed"] == 0 and p["completed"] == N, p["errors"]
+    # every token the server generated is in the client's count (reasoning ones too)
+    assert p["reconciled"] is True and p["reconcile_diff"] == 0, p["reconcile_note"]
+    return p
+
+
+def test_reasoning_steps_are_counted_apart_from_the_answer_and_the_answer_is_timed(reasoner):
+    short, long = _point(reasoner.url, thinking_budget=4), _point(reasoner.url, thinking_budget=12)
+    for p in (short, long):
+        r = p["reasoning"]
+        assert r["requests"] == r["answered"] == N and r["answer_steps"] > 0
+        assert p["p99_ttfa_ms"] >= p["median_ttfa_ms"] > p["median_ttft_ms"] > 0
+    # the budget decides the reasoning, token for token: 8 more tokens of budget, 8 more reasoning steps each
+    assert long["reasoning"]["reasoning_steps"] - short["reasoning"]["reasoning_steps"] == 8 * N
+    assert long["median_ttfa_ms"] > short["median_ttfa_ms"]
+    # without a budget the random model never ends its reasoning: every step is reasoning, no answer begins
+    unbounded = _point(reasoner.url)
+    assert unbounded["reasoning"]["answered"] == 0 and unbounded["reasoning"]["reasoning_share"] == 1.0
+    assert "mean_ttfa_ms" not in unbounded
+    print(f"\nreasoning streams (tiny model, vLLM CPU): budget 4 -> {short['reasoning']['reasoning_steps'] / N:.0f} "
+          f"reasoning steps per request, TTFT p50 {short['median_ttft_ms']:.0f} ms, TTFA p50 "
+          f"{short['median_ttfa_ms']:.0f} ms; budget 12 -> {long['reasoning']['reasoning_steps'] / N:.0f}, TTFA p50 "
+          f"{long['median_ttfa_ms']:.0f} ms; the server's own reasoning_tokens: "
+          f"{short['reasoning']['server_reasoning_tokens']}")
