@@ -186,7 +186,8 @@ def pin_process_group(pgid: int, cpus: set[int]) -> int:
 
 def start_vllm(model_dir: str | Path, served_name: str, log_dir: str | Path, port: int | None = None,
                extra_args: list[str] | None = None, timeout: float = 300,
-               env: dict | None = None, shared: Callable[[], bool] | None = None) -> ServerProcess:
+               env: dict | None = None, shared: Callable[[], bool] | None = None,
+               max_model_len: int = 1024) -> ServerProcess:
     py = VLLM_VENV / "bin" / "python"
     if not py.exists():
         raise RuntimeError(f"the vLLM CPU venv is missing ({VLLM_VENV}); run scripts/setup.sh --vllm")
@@ -194,7 +195,7 @@ def start_vllm(model_dir: str | Path, served_name: str, log_dir: str | Path, por
     log = Path(log_dir) / f"vllm-{port}.log"
     cmd = [str(py), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model_dir),
            "--served-model-name", served_name, "--host", "127.0.0.1", "--port", str(port),
-           "--max-model-len", "1024", *(extra_args or [])]
+           "--max-model-len", str(max_model_len), *(extra_args or [])]
     with open(log, "w") as lf:
         proc = subprocess.Popen(cmd, stdout=lf, stderr=subprocess.STDOUT, start_new_session=True,
                                 env={**vllm_env(), **(env or {})})

@@ -110,7 +110,9 @@ def _write_shard(path: Path, tensors: dict[str, np.ndarray]) -> None:
             f.write(_bf16(tensors[n]))
 
 
-def build(out: str | Path, seed: int = 0, shards: int = 3, name: str = "tiny-llama", reasoning: bool = False) -> dict:
+def build(out: str | Path, seed: int = 0, shards: int = 3, name: str = "tiny-llama", reasoning: bool = False,
+          max_positions: int = 2048) -> dict:
+    """The model in `out`; `max_positions`: the longest sequence it declares (config and tokenizer)."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     tok = build_tokenizer(seed, reasoning)
@@ -139,7 +141,8 @@ def build(out: str | Path, seed: int = 0, shards: int = 3, name: str = "tiny-lla
     config = {
         "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": HIDDEN,
         "intermediate_size": INTERMEDIATE, "num_attention_heads": HEADS, "num_key_value_heads": KV_HEADS,
-        "head_dim": HEAD_DIM, "num_hidden_layers": LAYERS, "vocab_size": vocab, "max_position_embeddings": 2048,
+        "head_dim": HEAD_DIM, "num_hidden_layers": LAYERS, "vocab_size": vocab,
+        "max_position_embeddings": max_positions,
         "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu", "tie_word_embeddings": False,
         "torch_dtype": "bfloat16", "bos_token_id": tok.token_to_id("<s>"), "eos_token_id": tok.token_to_id("</s>"),
         "_modelfleet_name": name, "_modelfleet_seed": seed,
@@ -151,7 +154,7 @@ def build(out: str | Path, seed: int = 0, shards: int = 3, name: str = "tiny-lla
     (out / "tokenizer.json").write_text(json.dumps(tok_json, sort_keys=True, ensure_ascii=False) + "\n")
     (out / "tokenizer_config.json").write_text(json.dumps({
         "tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
-        "unk_token": "<unk>", "pad_token": "</s>", "model_max_length": 2048,
+        "unk_token": "<unk>", "pad_token": "</s>", "model_max_length": max_positions,
         "chat_template": REASONING_CHAT_TEMPLATE if reasoning else CHAT_TEMPLATE,
         "add_bos_token": False, "add_eos_token": False, "clean_up_tokenization_spaces": False,
     }, indent=2, sort_keys=True) + "\n")
@@ -175,10 +178,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--shards", type=int, default=3)
     ap.add_argument("--name", default="tiny-llama")
     ap.add_argument("--reasoning", action="store_true", help="<think> tokens and a template that opens them")
+    ap.add_argument("--max-positions", type=int, default=2048, help="the longest sequence the model declares")
     a = ap.parse_args(argv)
     if a.shards < 1:
         ap.error("--shards must be >= 1")
-    r = build(a.out, a.seed, a.shards, a.name, a.reasoning)
+    r = build(a.out, a.seed, a.shards, a.name, a.reasoning, a.max_positions)
     print(json.dumps(r, indent=2))
     return 0
 

@@ -1,9 +1,12 @@
-"""A reasoning model's streams through the benchmark client, against real vLLM (CPU): the tiny model built as a
-reasoning model (<think> and </think> tokens, a chat template that opens the reasoning, as DeepSeek-R1's and
-Kimi-K2's do), served with the reasoning flags modelfleet derives from a profile (reasoning_parser deepseek_r1, and
---reasoning-config in extra_args so that requests may carry vLLM's thinking_token_budget). The client counts the
-reasoning deltas as generation steps and apart from the answer, times the answer's first token (TTFA), and its
-tokens match the server's counter exactly. Its own server: the shared one serves a model that does not reason."""
+"""Workload shapes the shared test server (a 1,024-token model that does not reason) cannot serve, through the
+benchmark client against a real vLLM (CPU) server of their own: the tiny model built as a reasoning model (<think>
+and </think> tokens, a chat template that opens the reasoning, as DeepSeek-R1's and Kimi-K2's do) that declares
+16k positions, served with the reasoning flags modelfleet derives from a profile (reasoning_parser deepseek_r1, and
+--reasoning-config in extra_args so that requests may carry vLLM's thinking_token_budget) and a 9,216-token limit.
+- Reasoning streams: the client counts the reasoning deltas as generation steps and apart from the answer, times
+  the answer's first token (TTFA), and its tokens match the server's counter exactly.
+- The long-context shape (8k in / 1k out): every prompt is exactly 8,192 tokens and every answer 1,024 by the
+  server's own count, and the tokens reconcile."""
 
 from __future__ import annotations
 
@@ -22,17 +25,19 @@ REASONING = {"reasoning_parser": "deepseek_r1",
              "extra_args": ["--reasoning-config",
                             json.dumps({"reasoning_start_str": "<think>", "reasoning_end_str": "</think>"})]}
 N = 6
+LONG = 8192 + 1024
 
 
 @pytest.fixture(scope="module")
 def reasoner(tmp_path_factory):
     model = tmp_path_factory.mktemp("reasoner") / "tiny-reasoner"
-    build(model, seed=0, shards=1, name="tiny-reasoner", reasoning=True)
+    build(model, seed=0, shards=1, name="tiny-reasoner", reasoning=True, max_positions=16384)
     argv = vllm_unit.server_argv(python="python3", model_dir=str(model), plan=None, host="127.0.0.1", port=8000,
                                  revision=None, profile={"served_model_name": "tiny-reasoner",
-                                                         "vllm": {"max_model_len": 1024, **REASONING}})
-    srv = start_vllm(model, "tiny-reasoner", tmp_path_factory.mktemp("reasoner-logs"),
+                                                         "vllm": {"max_model_len": LONG, **REASONING}})
+    srv = start_vllm(model, "tiny-reasoner", tmp_path_factory.mktemp("reasoner-logs"), max_model_len=LONG,
                      extra_args=argv[argv.index("--reasoning-parser"):], timeout=900)
+    srv.extra["vocab_size"] = json.loads((model / "config.json").read_text())["vocab_size"]
     try:
         yield srv
     finally:
@@ -67,3 +72,14 @@ def test_reasoning_steps_are_counted_apart_from_the_answer_and_the_answer_is_tim
           f"{short['median_ttfa_ms']:.0f} ms; budget 12 -> {long['reasoning']['reasoning_steps'] / N:.0f}, TTFA p50 "
           f"{long['median_ttfa_ms']:.0f} ms; the server's own reasoning_tokens: "
           f"{short['reasoning']['server_reasoning_tokens']}")
+
+
+def test_the_long_context_shape_sends_8k_tokens_and_gets_1k_by_the_servers_count(reasoner):
+    cfg = dict(bench_client.default_config(), base_url=reasoner.url, model="tiny-reasoner", endpoint="completions",
+               input_len=8192, output_len=1024, vocab_size=reasoner.extra["vocab_size"], warmup=0)
+    p = bench_client.run_point(cfg, concurrency=2, num_prompts=2)
+    assert p["failed"] == 0 and p["completed"] == 2, p["errors"]
+    assert p["input_lens"] == [8192, 8192] and p["output_lens"] == [1024, 1024]  # the server's usage, per request
+    assert p["reconciled"] is True and p["reconcile_diff"] == 0, p["reconcile_note"]
+    print(f"\nlong context (8,192 in / 1,024 out, tiny model, vLLM CPU, C=2): TTFT p50 {p['median_ttft_ms']:.0f} ms, "
+          f"TPOT p50 {p['median_tpot_ms']:.1f} ms, {p['output_throughput']:.0f} out tok/s")
