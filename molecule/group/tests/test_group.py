@@ -269,7 +269,10 @@ def test_kill_9_of_the_headless_members_main_process_restarts_the_group_as_a_who
     health = host.run(f"curl -s -o /dev/null -w '%{{http_code}}' -m 10 http://127.0.0.1:{PORT}/health").stdout
     hung = _complete(host, timeout=15, max_tokens=1)
     assert health == "200" and hung.stdout != "200", (health, hung.stdout)  # healthy by /health, generating nothing
-    deadline = time.monotonic() + 600
+    # the group must serve again within the scenario's start budget (vllm_service_start_base_seconds: 900), the
+    # time the product gives a server to start: 211 s alone here, 611 s in a CI run (the follower still starting
+    # when the old head went) - 600 s was too tight for a loaded machine
+    deadline = time.monotonic() + 900
     while _invocation(host) == head_before and time.monotonic() < deadline:
         time.sleep(2)
     head_restart = time.monotonic() - t0
