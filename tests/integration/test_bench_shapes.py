@@ -62,7 +62,6 @@ def test_reasoning_steps_are_counted_apart_from_the_answer_and_the_answer_is_tim
         assert p["p99_ttfa_ms"] >= p["median_ttfa_ms"] > p["median_ttft_ms"] > 0
     # the budget decides the reasoning, token for token: 8 more tokens of budget, 8 more reasoning steps each
     assert long["reasoning"]["reasoning_steps"] - short["reasoning"]["reasoning_steps"] == 8 * N
-    assert long["median_ttfa_ms"] > short["median_ttfa_ms"]
     # without a budget the random model never ends its reasoning: every step is reasoning, no answer begins
     unbounded = _point(reasoner.url)
     assert unbounded["reasoning"]["answered"] == 0 and unbounded["reasoning"]["reasoning_share"] == 1.0
