@@ -35,8 +35,9 @@ def reasoner(tmp_path_factory):
     argv = vllm_unit.server_argv(python="python3", model_dir=str(model), plan=None, host="127.0.0.1", port=8000,
                                  revision=None, profile={"served_model_name": "tiny-reasoner",
                                                          "vllm": {"max_model_len": LONG, **REASONING}})
+    # its cold start: 71 s alone here, 498 s in a CI run beside molecule/fleet's three servers
     srv = start_vllm(model, "tiny-reasoner", tmp_path_factory.mktemp("reasoner-logs"), max_model_len=LONG,
-                     extra_args=argv[argv.index("--reasoning-parser"):], timeout=900)
+                     extra_args=argv[argv.index("--reasoning-parser"):], timeout=1500)
     srv.extra["vocab_size"] = json.loads((model / "config.json").read_text())["vocab_size"]
     try:
         yield srv
