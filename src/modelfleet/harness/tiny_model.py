@@ -37,14 +37,12 @@ LAYERS = 2
 INTERMEDIATE = 256
 VOCAB = 512
 
-CHAT_TEMPLATE = (
-    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n{% endfor %}"
-    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
-)
+_MESSAGES = "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n{% endfor %}"
+CHAT_TEMPLATE = _MESSAGES + "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
 SPECIAL = ["<s>", "</s>", "<unk>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>"]
 THINK = ["<think>", "</think>"]
-REASONING_CHAT_TEMPLATE = (
-    "{% for message in messages %}<|{{ message['role'] }}|>\n{{ message['content'] }}<|end|>\n{% endfor %}"
+# the assistant's turn opens the reasoning; the template argument `thinking`, false, closes it at once
+REASONING_CHAT_TEMPLATE = _MESSAGES + (
     "{% if add_generation_prompt %}<|assistant|>\n"
     "{% if thinking is defined and not thinking %}<think>\n\n</think>\n\n{% else %}<think>\n{% endif %}{% endif %}"
 )
