@@ -32,7 +32,8 @@ def _body(events: list, eol: bytes = b"\n", done: bool = True) -> bytes:
     return b"".join(lines) + (b"data: [DONE]" + eol + eol if done else b"")
 
 
-def _run(body: bytes, piece: int, cfg: dict, keep_text: bool = False) -> dict:
+def _run(body: bytes, piece: int, cfg: dict, keep_text: bool = False, stall_s: float = 0.0) -> dict:
+    """`body` sent in pieces of `piece` bytes; `stall_s`: then the server holds the stream open that long."""
     async def main():
         async def handler(request):
             resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
@@ -40,13 +41,14 @@ def _run(body: bytes, piece: int, cfg: dict, keep_text: bool = False) -> dict:
             for i in range(0, len(body), piece):
                 await resp.write(body[i:i + piece])
                 await asyncio.sleep(0.0005)  # separate reads on the client, cut wherever `piece` falls
+            await asyncio.sleep(stall_s)
             await resp.write_eof()
             return resp
 
         app = web.Application()
         app.router.add_post("/v1/completions", handler)
         app.router.add_post("/v1/chat/completions", handler)
-        runner = web.AppRunner(app)
+        runner = web.AppRunner(app, shutdown_timeout=1.0)  # a stalled handler is cancelled, not awaited
         await runner.setup()
         site = web.TCPSite(runner, "127.0.0.1", 0)
         await site.start()
@@ -132,3 +134,13 @@ def test_a_stream_without_reasoning_has_no_reasoning_steps():
     rec = _run(_body(_events(True, WORDS)), 64, _cfg(chat=True))
     assert rec["reasoning_steps"] == 0 and rec["answer_at"] == rec["chunk_times"][0]
     assert "reasoning_steps" not in _run(_body(_events(False, WORDS)), 64, _cfg())
+
+
+def test_a_stream_that_stalls_ends_at_the_request_deadline_with_its_steps_so_far():
+    """The deadline is the client's own (request_timeout_s for the whole request), not aiohttp's: a server that
+    stops sending mid-answer does not hold the point, and what it sent before is kept."""
+    body = _body(_events(False, WORDS[:3], usage=False), done=False)
+    rec = _run(body, 100000, dict(_cfg(), request_timeout_s=0.5), stall_s=30)
+    assert rec["error"] == "no whole answer within request_timeout_s (0.5 s)"
+    assert len(rec["chunk_times"]) == 3 and rec["completion_tokens"] == 0
+    assert rec["end"] - rec["sent"] < 10  # ended by the deadline, not by the server's 30 s

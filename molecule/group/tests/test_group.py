@@ -27,6 +27,20 @@ def _figure(text):
             f.write(text + "\n")
 
 
+def _keep_journals(hosts, since: float, name: str) -> None:
+    """Both members' unit and watchdog journals since `since` (epoch seconds; the containers share this machine's
+    clock), kept in .cache/<name> whatever the case's outcome: they go with the containers, and a slow recovery under
+    CI load is read from them afterwards."""
+    folder = os.path.join(os.environ.get("MOLECULE_PROJECT_DIRECTORY", "."), ".cache")
+    if not os.path.isdir(folder):
+        return
+    with open(os.path.join(folder, name), "w") as f:
+        for h in hosts:
+            out = h.run(f"journalctl -u {UNIT} -u modelfleet-watchdog.service --since @{int(since)} -o short-precise "
+                        "--no-pager | tail -n 4000").stdout
+            f.write(f"===== {_name(h)} =====\n{out}\n")
+
+
 def _name(host):
     return host.backend.get_hostname()
 
@@ -258,7 +272,14 @@ def test_kill_9_of_the_headless_members_main_process_restarts_the_group_as_a_who
     assert _complete(host).stdout == "200"
     main = follower.run(f"systemctl show {UNIT} -p MainPID --value").stdout.strip()
     assert main and main != "0"
-    t0 = time.monotonic()
+    t0, since = time.monotonic(), time.time() - 5
+    try:
+        _kill_and_recover(host, follower, main, head_before, follower_before, t0)
+    finally:
+        _keep_journals((host, follower), since, "molecule-group-kill9-journals.txt")
+
+
+def _kill_and_recover(host, follower, main, head_before, follower_before, t0):
     follower.run(f"kill -9 {main}")
     # systemd starts the follower again (Restart=); meanwhile the head still says it is healthy
     deadline = time.monotonic() + 120

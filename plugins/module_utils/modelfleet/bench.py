@@ -20,6 +20,7 @@ Field names of a point follow `vllm bench serve --save-result` where the meaning
 
 from __future__ import annotations
 
+import functools
 import math
 import re
 
@@ -611,13 +612,17 @@ def t_cdf(t: float, df: float) -> float:
     return 1.0 - tail if t >= 0 else tail
 
 
+@functools.lru_cache(maxsize=512)
 def t_quantile(p: float, df: float) -> float:
-    """The t with P(T <= t) = p (bisection on t_cdf; exact to ~1e-10)."""
+    """The t with P(T <= t) = p (bisection on t_cdf until the interval cannot shrink; exact to ~1e-10). Kept per
+    (p, df): a point's intervals share them, and so do the points of a sweep."""
     if not 0.0 < p < 1.0 or df <= 0:
         raise BenchError(f"t quantile needs 0 < p < 1 and df > 0, got p={p}, df={df}")
     lo, hi = -1e3, 1e3
     for _dummy in range(200):
         mid = (lo + hi) / 2.0
+        if mid in (lo, hi):  # no float lies between them
+            break
         if t_cdf(mid, df) < p:
             lo = mid
         else:

@@ -16,14 +16,13 @@ Needs aiohttp (present in every vLLM venv, and in modelfleet's own venv).
 from __future__ import annotations
 
 import asyncio
-import json
 import multiprocessing
 import os
 import random
 import time
 
 from ansible.module_utils.urls import open_url
-from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench, fastjson
 
 READ_BUFSIZE = 16 * 1024 * 1024
 TICK = 0.010
@@ -182,6 +181,65 @@ def _is_token_step(chunk: dict, chat: bool) -> bool:
         d.get("role") and not d.get("content"))
 
 
+def _on_event(rec: dict, data: bytes, now: float, chat: bool, text: list, keep_text: bool) -> bool:
+    """One server-sent event's data into `rec`: a generation step (at `now`), the usage record, or an error.
+    True when the stream is over ([DONE] or an error event)."""
+    if data == b"[DONE]":
+        return True
+    chunk = fastjson.loads(data)
+    if "error" in chunk:
+        err = chunk["error"]
+        rec["error"] = str(err.get("message") if isinstance(err, dict) else err)[:200]
+        return True
+    if _is_token_step(chunk, chat):
+        rec["chunk_times"].append(now)
+        if chat:
+            d = chunk["choices"][0].get("delta") or {}
+            if d.get("reasoning") is not None or d.get("reasoning_content") is not None:
+                rec["reasoning_steps"] += 1
+            if rec["answer_at"] is None and (d.get("content") is not None or d.get("tool_calls")):
+                rec["answer_at"] = now
+            if keep_text:  # a conversation's history holds the answer, never the reasoning
+                text.append(d.get("content") or "")
+        elif keep_text:
+            text.append(chunk["choices"][0].get("text") or "")
+    usage = chunk.get("usage")
+    if usage:
+        rec["prompt_tokens"] = usage.get("prompt_tokens") or 0
+        rec["completion_tokens"] = usage.get("completion_tokens") or 0
+        details = usage.get("completion_tokens_details") or {}
+        if chat and details.get("reasoning_tokens") is not None:
+            rec["server_reasoning_tokens"] = details["reasoning_tokens"]
+    return False
+
+
+async def _read_events(content, rec: dict, chat: bool, text: list, keep_text: bool) -> None:
+    """A response's server-sent events into `rec`, one await per socket read, not per line: the events of a read
+    are split here, so a stream costs one wake-up per read (aiohttp's readline costs one per line, two per
+    event). A step is timed when its read arrived."""
+    rest, readany = b"", content.readany
+    while True:
+        block = await readany()
+        if not block:  # the end of the body
+            break
+        now = time.perf_counter()
+        lines = (rest + block).split(b"\n")
+        rest = lines.pop()
+        for line in lines:
+            if line.startswith(b"data:") and _on_event(rec, line[5:].strip(), now, chat, text, keep_text):
+                _check_usage(rec)
+                return
+    line = rest.strip()  # a last event whose line end never came
+    if line.startswith(b"data:"):
+        _on_event(rec, line[5:].strip(), time.perf_counter(), chat, text, keep_text)
+    _check_usage(rec)
+
+
+def _check_usage(rec: dict) -> None:
+    if not rec["completion_tokens"] and not rec["error"]:
+        rec["error"] = "the stream ended without a usage record (server too old for include_usage?)"
+
+
 async def one_request(session, cfg: dict, prompt, scheduled: float | None = None, keep_text: bool = False) -> dict:
     """One streamed request. Its latency is counted from `scheduled` (an open-loop arrival: the moment the user
     asked) when given, else from now; `sent` is when it actually went out, so `sent - start` is the time it
@@ -197,46 +255,21 @@ async def one_request(session, cfg: dict, prompt, scheduled: float | None = None
     if chat:  # a reasoning model's stream: its reasoning steps, and when the answer began
         rec.update(reasoning_steps=0, answer_at=None)
     text: list = []
+    deadline = asyncio.timeout(cfg["request_timeout_s"])
     try:
-        async with session.post(cfg["base_url"] + path, json=_payload(cfg, prompt), headers=_headers(cfg)) as r:
-            if r.status != 200:
-                rec["error"] = f"HTTP {r.status}: {(await r.text())[:200]}"
-            else:
-                async for raw in r.content:
-                    line = raw.strip()
-                    if not line.startswith(b"data:"):
-                        continue
-                    data = line[5:].strip()
-                    if data == b"[DONE]":
-                        break
-                    now = time.perf_counter()
-                    chunk = json.loads(data)
-                    if "error" in chunk:
-                        err = chunk["error"]
-                        rec["error"] = str(err.get("message") if isinstance(err, dict) else err)[:200]
-                        break
-                    if _is_token_step(chunk, chat):
-                        rec["chunk_times"].append(now)
-                        if chat:
-                            d = chunk["choices"][0].get("delta") or {}
-                            if d.get("reasoning") is not None or d.get("reasoning_content") is not None:
-                                rec["reasoning_steps"] += 1
-                            if rec["answer_at"] is None and (d.get("content") is not None or d.get("tool_calls")):
-                                rec["answer_at"] = now
-                            if keep_text:  # a conversation's history holds the answer, never the reasoning
-                                text.append(d.get("content") or "")
-                        elif keep_text:
-                            text.append(chunk["choices"][0].get("text") or "")
-                    usage = chunk.get("usage")
-                    if usage:
-                        rec["prompt_tokens"] = usage.get("prompt_tokens") or 0
-                        rec["completion_tokens"] = usage.get("completion_tokens") or 0
-                        details = usage.get("completion_tokens_details") or {}
-                        if chat and details.get("reasoning_tokens") is not None:
-                            rec["server_reasoning_tokens"] = details["reasoning_tokens"]
-                if not rec["completion_tokens"] and not rec["error"]:
-                    rec["error"] = "the stream ended without a usage record (server too old for include_usage?)"
-    except (TimeoutError, aiohttp.ClientError, ValueError) as e:
+        # The request's deadline is one timer for the whole request, not aiohttp's total timeout: that one
+        # enters a timer context at every read of the stream, about a sixth of the client's CPU per token
+        # at C=256 (benchmarks/bench_side_by_side.py).
+        async with deadline:
+            async with session.post(cfg["base_url"] + path, json=_payload(cfg, prompt), headers=_headers(cfg)) as r:
+                if r.status != 200:
+                    rec["error"] = f"HTTP {r.status}: {(await r.text())[:200]}"
+                else:
+                    await _read_events(r.content, rec, chat, text, keep_text)
+    except TimeoutError as e:
+        rec["error"] = (f"no whole answer within request_timeout_s ({cfg['request_timeout_s']} s)" if deadline.expired()
+                        else f"{type(e).__name__}: {e}"[:200])
+    except (aiohttp.ClientError, ValueError) as e:
         rec["error"] = f"{type(e).__name__}: {e}"[:200]
     rec["end"] = time.perf_counter()
     if keep_text:
@@ -265,11 +298,21 @@ async def _send(session, cfg: dict, item, scheduled: float | None = None) -> lis
     return recs
 
 
-async def _lag_ticker(lags: list, stop: asyncio.Event) -> None:
-    while not stop.is_set():
-        t = time.perf_counter()
-        await asyncio.sleep(TICK)
-        lags.append(max(time.perf_counter() - t - TICK, 0.0) * 1000)
+class _LagTicker:
+    """The event loop's lag: a callback due every TICK, the lateness of each call kept in `lags` (ms). A timer
+    callback, not a task that sleeps: the check costs the client less than the streams it watches."""
+
+    def __init__(self, lags: list):
+        self.lags, self.loop = lags, asyncio.get_running_loop()
+        self.handle = self.loop.call_later(TICK, self._tick, time.perf_counter() + TICK)
+
+    def _tick(self, due: float) -> None:
+        now = time.perf_counter()
+        self.lags.append(max(now - due, 0.0) * 1000)
+        self.handle = self.loop.call_later(TICK, self._tick, now + TICK)
+
+    def stop(self) -> None:
+        self.handle.cancel()
 
 
 def _session(cfg: dict, limit: int):
@@ -277,21 +320,20 @@ def _session(cfg: dict, limit: int):
 
     return aiohttp.ClientSession(
         connector=aiohttp.TCPConnector(limit=max(limit, 1) + 4, force_close=False),
-        timeout=aiohttp.ClientTimeout(total=cfg["request_timeout_s"]),
+        timeout=aiohttp.ClientTimeout(total=None),  # one_request's own deadline
         read_bufsize=READ_BUFSIZE)
 
 
 async def _drive(cfg: dict, prompts: list, concurrency: int | None, rate: float | None, start_at: float) -> dict:
     """Run prompts closed-loop at `concurrency`, or Poisson at `rate` (capped by concurrency when given)."""
     lags: list = []
-    stop = asyncio.Event()
     records: list = []
     stop_file = cfg.get("stop_file")
     async with _session(cfg, concurrency or len(prompts)) as session:
         delay = start_at - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        ticker = asyncio.create_task(_lag_ticker(lags, stop))
+        ticker = _LagTicker(lags)
         cpu0, wall0 = time.process_time(), time.perf_counter()
         if rate:
             # Open loop: Poisson arrivals on an absolute schedule (a late event loop does not stretch it), and
@@ -327,8 +369,7 @@ async def _drive(cfg: dict, prompts: list, concurrency: int | None, rate: float 
 
             await asyncio.gather(*(worker() for _dummy in range(min(concurrency, len(prompts)))))
         cpu, wall = time.process_time() - cpu0, time.perf_counter() - wall0
-        stop.set()
-        await ticker
+        ticker.stop()
     return {"records": records, "cpu_fraction": cpu / wall if wall > 0 else 0.0, "loop_lag_ms": lags}
 
 

@@ -12,19 +12,7 @@ import struct
 from math import prod
 
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import CheckpointError
-
-try:  # orjson parses a 1T checkpoint's ~50 MB of headers ~3x faster; the stdlib is the fallback on hosts
-    import orjson as _orjson
-
-    def loads(raw: bytes):
-        return _orjson.loads(raw)
-
-    JSONError: tuple = (_orjson.JSONDecodeError, UnicodeDecodeError)
-except ImportError:  # pragma: no cover - depends on the host
-    def loads(raw: bytes):
-        return json.loads(raw.decode("utf-8"))
-
-    JSONError = (json.JSONDecodeError, UnicodeDecodeError)
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fastjson import JSONError, loads  # noqa: F401
 
 MAX_HEADER_BYTES = 100 * 10**6
 
