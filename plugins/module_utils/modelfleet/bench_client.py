@@ -255,20 +255,22 @@ async def one_request(session, cfg: dict, prompt, scheduled: float | None = None
     if chat:  # a reasoning model's stream: its reasoning steps, and when the answer began
         rec.update(reasoning_steps=0, answer_at=None)
     text: list = []
-    deadline = asyncio.timeout(cfg["request_timeout_s"])
+
+    async def exchange():
+        async with session.post(cfg["base_url"] + path, json=_payload(cfg, prompt), headers=_headers(cfg)) as r:
+            if r.status != 200:
+                rec["error"] = f"HTTP {r.status}: {(await r.text())[:200]}"
+            else:
+                await _read_events(r.content, rec, chat, text, keep_text)
+
     try:
-        # The request's deadline is one timer for the whole request, not aiohttp's total timeout: that one
-        # enters a timer context at every read of the stream, about a sixth of the client's CPU per token
-        # at C=256 (benchmarks/bench_side_by_side.py).
-        async with deadline:
-            async with session.post(cfg["base_url"] + path, json=_payload(cfg, prompt), headers=_headers(cfg)) as r:
-                if r.status != 200:
-                    rec["error"] = f"HTTP {r.status}: {(await r.text())[:200]}"
-                else:
-                    await _read_events(r.content, rec, chat, text, keep_text)
-    except TimeoutError as e:
-        rec["error"] = (f"no whole answer within request_timeout_s ({cfg['request_timeout_s']} s)" if deadline.expired()
-                        else f"{type(e).__name__}: {e}"[:200])
+        # The request's deadline is one timer for the whole request, not aiohttp's total timeout (the session sets
+        # none): that one enters a timer context at every read of the stream, about a sixth of the client's CPU per
+        # token at C=256 (benchmarks/bench_side_by_side.py). asyncio.TimeoutError: the builtin one from Python 3.11,
+        # its own class before (a vLLM venv may be older than the controller's Python).
+        await asyncio.wait_for(exchange(), cfg["request_timeout_s"])
+    except asyncio.TimeoutError:  # noqa: UP041 - see above
+        rec["error"] = f"no whole answer within request_timeout_s ({cfg['request_timeout_s']} s)"
     except (aiohttp.ClientError, ValueError) as e:
         rec["error"] = f"{type(e).__name__}: {e}"[:200]
     rec["end"] = time.perf_counter()
@@ -413,11 +415,11 @@ async def _sample_gauges(cfg: dict, stop: asyncio.Event, out: list) -> None:
                         # keep the raw text: parsing here would stall the event loop the lag check measures
                         texts.append(await r.text())
                 out.append(texts)
-            except (TimeoutError, aiohttp.ClientError):
+            except (asyncio.TimeoutError, aiohttp.ClientError):  # noqa: UP041 - Python 3.10 vLLM venvs
                 pass
             try:
                 await asyncio.wait_for(stop.wait(), cfg["metrics_interval_s"])
-            except TimeoutError:
+            except asyncio.TimeoutError:  # noqa: UP041 - Python 3.10 vLLM venvs
                 pass
 
 
