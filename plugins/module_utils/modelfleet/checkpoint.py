@@ -15,11 +15,10 @@ from contextlib import contextmanager
 from math import prod
 
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import CheckpointError, ModelfleetError
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fastjson import JSONError, loads
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.safetensors_header import (
     DTYPE_BITS,
-    JSONError,
     decode_length,
-    loads,
     open_regular,
     parse_header,
     read_local_header,

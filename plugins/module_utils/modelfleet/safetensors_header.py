@@ -12,7 +12,7 @@ import struct
 from math import prod
 
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import CheckpointError
-from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fastjson import JSONError, loads  # noqa: F401
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fastjson import JSONError, loads
 
 MAX_HEADER_BYTES = 100 * 10**6
 
