@@ -18,7 +18,7 @@ description:
     client was the bottleneck, tokens do not reconcile, or requests failed is marked invalid with the reason.
   - Over the sweep - the knee (where throughput stops rising while latency rises) and its likely cause, the
     headline figures (single stream, peak), and an optional gate against a baseline.
-  - Needs aiohttp in the interpreter that runs it (every vLLM venv has it); the role runs it with the vLLM
+  - Needs httptools in the interpreter that runs it (every vLLM venv has it); the role runs it with the vLLM
     venv's python. In check mode nothing is sent and the planned levels are returned.
 version_added: "0.1.0"
 author: modelfleet developers (@modelfleet)

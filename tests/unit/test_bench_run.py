@@ -14,7 +14,7 @@ from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.bench_
     server_environment,
 )
 
-pytest.importorskip("aiohttp")  # bench_client's dependency (the project venv has it)
+pytest.importorskip("httptools")  # bench_client's dependency (the project venv has it)
 
 
 def _params(tmp_path, **kw):

@@ -7,9 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import socket
 
 import pytest
-from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench_client
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench, bench_client
 
 aiohttp = pytest.importorskip("aiohttp")
 from aiohttp import web  # noqa: E402
@@ -54,9 +55,9 @@ def _run(body: bytes, piece: int, cfg: dict, keep_text: bool = False, stall_s: f
         await site.start()
         port = site._server.sockets[0].getsockname()[1]
         try:
-            async with aiohttp.ClientSession() as session:
-                return await bench_client.one_request(session, dict(cfg, base_url=f"http://127.0.0.1:{port}"),
-                                                      [1, 2, 3], keep_text=keep_text)
+            c = dict(cfg, base_url=f"http://127.0.0.1:{port}")
+            async with bench_client._session(c, 1) as pool:
+                return await bench_client.one_request(pool, c, [1, 2, 3], keep_text=keep_text)
         finally:
             await runner.cleanup()
     return asyncio.run(main())
@@ -144,3 +145,118 @@ def test_a_stream_that_stalls_ends_at_the_request_deadline_with_its_steps_so_far
     assert rec["error"] == "no whole answer within request_timeout_s (0.5 s)"
     assert len(rec["chunk_times"]) == 3 and rec["completion_tokens"] == 0
     assert rec["end"] - rec["sent"] < 10  # ended by the deadline, not by the server's 30 s
+
+
+# ---- the HTTP under it (sse_http): connections, framing, failures ----
+
+def _raw(answer, cfg: dict, n: int = 1, prefix: str = "", close_each: bool = False, gap_s: float = 0.0):
+    """A server that reads each request whole, keeps it, and answers with `answer(i)` (raw bytes; None: close the
+    connection at once; close_each: close it after every answer, whatever the answer's headers say); returns the
+    requests' raw bytes, the number of connections and the records of `n` requests sent one after another
+    (`gap_s` apart) through one pool."""
+    seen: list = []
+    conns = [0]
+
+    async def main():
+        async def handle(reader, writer):
+            conns[0] += 1
+            while True:
+                try:
+                    head = await reader.readuntil(b"\r\n\r\n")
+                except asyncio.IncompleteReadError:  # the client closed the connection
+                    break
+                length = int(next(h.split(b":")[1] for h in head.split(b"\r\n")
+                                  if h.lower().startswith(b"content-length")))
+                seen.append(head + await reader.readexactly(length))
+                out = answer(len(seen) - 1)
+                if out is None:
+                    break
+                writer.write(out)
+                await writer.drain()
+                if close_each or b"Connection: close" in out:
+                    break
+            writer.close()
+
+        server = await asyncio.start_server(handle, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        c = dict(cfg, base_url=f"http://127.0.0.1:{port}{prefix}", request_timeout_s=20)
+        try:
+            async with bench_client._session(c, 1) as pool:
+                recs = []
+                for _dummy in range(n):
+                    recs.append(await bench_client.one_request(pool, c, [1, 2, 3]))
+                    await asyncio.sleep(gap_s)
+                return recs
+        finally:
+            server.close()
+    recs = asyncio.run(main())
+    return seen, conns[0], recs
+
+
+def _chunked(body: bytes) -> bytes:
+    return (b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\nTransfer-Encoding: chunked\r\n\r\n"
+            + b"%x\r\n" % len(body) + body + b"\r\n0\r\n\r\n")
+
+
+def test_the_request_is_one_post_with_the_key_and_the_url_s_path_and_connections_are_kept_alive():
+    body = _body(_events(False, WORDS))
+    seen, conns, recs = _raw(lambda i: _chunked(body), dict(_cfg(), api_key="k-1"), n=3, prefix="/lb/")
+    assert [r["error"] for r in recs] == ["", "", ""] and all(r["completion_tokens"] == len(WORDS) for r in recs)
+    head, _sep, payload = seen[0].partition(b"\r\n\r\n")
+    lines = head.split(b"\r\n")
+    assert lines[0] == b"POST /lb/v1/completions HTTP/1.1"
+    assert b"Authorization: Bearer k-1" in lines and any(h.startswith(b"Host: 127.0.0.1:") for h in lines)
+    assert json.loads(payload)["prompt"] == [1, 2, 3] and len(seen) == 3 and conns == 1  # all on one connection
+
+
+def test_an_answer_framed_by_its_length_or_by_the_connection_s_end_is_read_whole():
+    body = _body(_events(False, WORDS))
+    sized = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % len(body) + body
+    _seen, _conns, recs = _raw(lambda i: sized, _cfg(), n=2)
+    assert [r["error"] for r in recs] == ["", ""] and len(recs[1]["chunk_times"]) == len(WORDS)
+    # no length, no chunks: the answer ends with the connection (HTTP/1.0 style)
+    _seen, _conns, (rec,) = _raw(lambda i: b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n" + body, _cfg())
+    assert rec["error"] == "" and rec["completion_tokens"] == len(WORDS)
+
+
+def test_a_failed_answer_is_a_record_s_error_not_an_exception():
+    denied = b"HTTP/1.1 401 Unauthorized\r\nContent-Length: 23\r\n\r\n{\"error\": \"bad api key\"}"[:-1]
+    _seen, _conns, (rec,) = _raw(lambda i: denied, _cfg())
+    assert rec["error"] == 'HTTP 401: {"error": "bad api key"' and rec["chunk_times"] == []
+    # the connection closed mid-answer: the steps so far are kept
+    body = _body(_events(False, WORDS))
+    cut = b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body[:len(body) // 2]
+    _seen, _conns, (rec,) = _raw(lambda i: cut, _cfg())
+    assert rec["error"].startswith("the server closed the connection before the answer ended")
+    assert 0 < len(rec["chunk_times"]) < len(WORDS)
+    _seen, _conns, (rec,) = _raw(lambda i: None, _cfg())  # closed without a word
+    assert rec["error"].startswith("the server closed the connection before the answer ended")
+    _seen, _conns, (rec,) = _raw(lambda i: b"SSH-2.0-OpenSSH_9.2\r\n\r\n", _cfg())  # not HTTP
+    assert rec["error"].startswith("bad answer from the server")
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        cfg = dict(_cfg(), base_url=f"http://127.0.0.1:{port}")
+
+        async def refused():
+            async with bench_client._session(cfg, 1) as pool:
+                return await bench_client.one_request(pool, cfg, [1])
+        assert asyncio.run(refused())["error"].startswith(f"cannot connect to 127.0.0.1:{port}")
+
+
+def test_a_connection_the_server_closed_while_idle_is_not_reused():
+    """A server that closes idle keep-alive connections (uvicorn after 5 s): the next request opens a new one
+    instead of writing into the closed one."""
+    body = _body(_events(False, WORDS))
+    seen, conns, recs = _raw(lambda i: _chunked(body), _cfg(), n=3, close_each=True, gap_s=0.2)
+    assert [r["error"] for r in recs] == ["", "", ""] and len(seen) == 3 and conns == 3
+
+
+@pytest.mark.parametrize(("cfg", "fix"), [
+    (dict(api_key="k\r\nX-Injected: 1"), "control character"),
+    (dict(base_url="ftp://example.com"), "base_url must be"),
+    (dict(base_url="127.0.0.1:8000"), "base_url must be"),
+])
+def test_bad_settings_are_a_benchmark_error_naming_them(cfg, fix):
+    with pytest.raises(bench.BenchError, match=fix):
+        bench_client._session(dict(_cfg(), **cfg), 1)

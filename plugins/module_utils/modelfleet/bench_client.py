@@ -7,24 +7,25 @@ random words (chat; the input length is then the server's count). Every request 
 
 Truth checks recorded per point: /metrics before and after (reconciliation) and sampled during the point
 (waiting/running requests, KV usage); the client's own CPU and event-loop lag; several client processes
-(fork) when one core cannot keep up. aiohttp reads with a large buffer (read_bufsize) so long streamed
-responses are not throttled by a 64 KiB buffer.
+(fork) when one core cannot keep up.
 
-Needs aiohttp (present in every vLLM venv, and in modelfleet's own venv).
+HTTP is sse_http's (keep-alive connections, httptools' parser): a streamed answer's events are read from the
+transport's callback, not by a task woken per read. Needs httptools (present in every vLLM venv, and in modelfleet's
+own venv); uvloop is used where present.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import multiprocessing
 import os
 import random
 import time
 
 from ansible.module_utils.urls import open_url
-from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench, fastjson
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench, fastjson, sse_http
 
-READ_BUFSIZE = 16 * 1024 * 1024
 TICK = 0.010
 _WORDS = ("alpha bravo charlie delta echo foxtrot golf hotel india juliet kilo lima mike november oscar papa "
           "quebec romeo sierra tango uniform victor whiskey xray yankee zulu").split()
@@ -213,26 +214,40 @@ def _on_event(rec: dict, data: bytes, now: float, chat: bool, text: list, keep_t
     return False
 
 
-async def _read_events(content, rec: dict, chat: bool, text: list, keep_text: bool) -> None:
-    """A response's server-sent events into `rec`, one await per socket read, not per line: the events of a read
-    are split here, so a stream costs one wake-up per read (aiohttp's readline costs one per line, two per
-    event). A step is timed when its read arrived."""
-    rest, readany = b"", content.readany
-    while True:
-        block = await readany()
-        if not block:  # the end of the body
-            break
+class _EventSink:
+    """A response's server-sent events into `rec`, fed each piece of the body as the connection receives it (from
+    the transport's callback: no task wakes per read). A step is timed when its read arrived; events after the
+    stream's end ([DONE], an error event) are ignored. An answer that is not 200 keeps its first bytes for the
+    error."""
+
+    __slots__ = ("rec", "chat", "text", "keep_text", "rest", "over", "other")
+
+    def __init__(self, rec: dict, chat: bool, text: list, keep_text: bool):
+        self.rec, self.chat, self.text, self.keep_text = rec, chat, text, keep_text
+        self.rest, self.over, self.other = b"", False, b""
+
+    def feed(self, status: int, block: bytes) -> None:
+        if status != 200:
+            if len(self.other) < 1000:
+                self.other += block
+            return
+        if self.over:
+            return
         now = time.perf_counter()
-        lines = (rest + block).split(b"\n")
-        rest = lines.pop()
+        lines = (self.rest + block).split(b"\n")
+        self.rest = lines.pop()
         for line in lines:
-            if line.startswith(b"data:") and _on_event(rec, line[5:].strip(), now, chat, text, keep_text):
-                _check_usage(rec)
+            if line.startswith(b"data:") and _on_event(self.rec, line[5:].strip(), now, self.chat, self.text,
+                                                       self.keep_text):
+                self.over = True
                 return
-    line = rest.strip()  # a last event whose line end never came
-    if line.startswith(b"data:"):
-        _on_event(rec, line[5:].strip(), time.perf_counter(), chat, text, keep_text)
-    _check_usage(rec)
+
+    def finish(self) -> None:
+        """The body ended: a last event whose line end never came is still read; then the usage check."""
+        line = self.rest.strip()
+        if not self.over and line.startswith(b"data:"):
+            _on_event(self.rec, line[5:].strip(), time.perf_counter(), self.chat, self.text, self.keep_text)
+        _check_usage(self.rec)
 
 
 def _check_usage(rec: dict) -> None:
@@ -240,13 +255,11 @@ def _check_usage(rec: dict) -> None:
         rec["error"] = "the stream ended without a usage record (server too old for include_usage?)"
 
 
-async def one_request(session, cfg: dict, prompt, scheduled: float | None = None, keep_text: bool = False) -> dict:
-    """One streamed request. Its latency is counted from `scheduled` (an open-loop arrival: the moment the user
-    asked) when given, else from now; `sent` is when it actually went out, so `sent - start` is the time it
-    waited in the client for a free slot - part of the latency the user sees, never hidden. keep_text: the
-    answer's text in rec["text"] (a session's next turn sends it back)."""
-    import aiohttp
-
+async def one_request(pool, cfg: dict, prompt, scheduled: float | None = None, keep_text: bool = False) -> dict:
+    """One streamed request through `pool` (_session). Its latency is counted from `scheduled` (an open-loop
+    arrival: the moment the user asked) when given, else from now; `sent` is when it actually went out, so
+    `sent - start` is the time it waited in the client for a free slot - part of the latency the user sees, never
+    hidden. keep_text: the answer's text in rec["text"] (a session's next turn sends it back)."""
     chat = cfg["endpoint"] == "chat"
     path = "/v1/chat/completions" if chat else "/v1/completions"
     sent = time.perf_counter()
@@ -255,24 +268,20 @@ async def one_request(session, cfg: dict, prompt, scheduled: float | None = None
     if chat:  # a reasoning model's stream: its reasoning steps, and when the answer began
         rec.update(reasoning_steps=0, answer_at=None)
     text: list = []
-
-    async def exchange():
-        async with session.post(cfg["base_url"] + path, json=_payload(cfg, prompt), headers=_headers(cfg)) as r:
-            if r.status != 200:
-                rec["error"] = f"HTTP {r.status}: {(await r.text())[:200]}"
-            else:
-                await _read_events(r.content, rec, chat, text, keep_text)
-
+    sink = _EventSink(rec, chat, text, keep_text)
     try:
-        # The request's deadline is one timer for the whole request, not aiohttp's total timeout (the session sets
-        # none): that one enters a timer context at every read of the stream, about a sixth of the client's CPU per
-        # token at C=256 (benchmarks/bench_side_by_side.py). asyncio.TimeoutError: the builtin one from Python 3.11,
-        # its own class before (a vLLM venv may be older than the controller's Python).
-        await asyncio.wait_for(exchange(), cfg["request_timeout_s"])
+        # The request's deadline is one timer for the whole request. asyncio.TimeoutError: the builtin one from
+        # Python 3.11, its own class before (a vLLM venv may be older than the controller's Python).
+        status = await asyncio.wait_for(pool.request("POST", path, json.dumps(_payload(cfg, prompt)).encode(),
+                                                     sink.feed), cfg["request_timeout_s"])
+        if status != 200:
+            rec["error"] = f"HTTP {status}: {sink.other.decode('utf-8', 'replace')}"[:200]
+        else:
+            sink.finish()
     except asyncio.TimeoutError:  # noqa: UP041 - see above
         rec["error"] = f"no whole answer within request_timeout_s ({cfg['request_timeout_s']} s)"
-    except (aiohttp.ClientError, ValueError) as e:
-        rec["error"] = f"{type(e).__name__}: {e}"[:200]
+    except sse_http.HttpError as e:
+        rec["error"] = str(e)[:200]
     rec["end"] = time.perf_counter()
     if keep_text:
         rec["text"] = "".join(text)
@@ -317,13 +326,12 @@ class _LagTicker:
         self.handle.cancel()
 
 
-def _session(cfg: dict, limit: int):
-    import aiohttp
-
-    return aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=max(limit, 1) + 4, force_close=False),
-        timeout=aiohttp.ClientTimeout(total=None),  # one_request's own deadline
-        read_bufsize=READ_BUFSIZE)
+def _session(cfg: dict, limit: int, base_url: str | None = None) -> sse_http.Pool:
+    """Keep-alive connections to the server (base_url, default the point's), up to `limit` requests at once."""
+    try:
+        return sse_http.Pool(base_url or cfg["base_url"], limit, _headers(cfg))
+    except (ImportError, ValueError) as e:
+        raise bench.BenchError(str(e)) from None
 
 
 async def _drive(cfg: dict, prompts: list, concurrency: int | None, rate: float | None, start_at: float) -> dict:
@@ -402,25 +410,33 @@ def snapshot(texts: list, model: str | None) -> dict:
     return bench.combine_snapshots([bench.server_snapshot(t, model) for t in texts])
 
 
-async def _sample_gauges(cfg: dict, stop: asyncio.Event, out: list) -> None:
-    import aiohttp
+async def _get_text(pool: sse_http.Pool, path: str) -> str | None:
+    """A GET's whole body as text; None for an answer that is not 200."""
+    parts: list = []
+    status = await pool.request("GET", path, b"", lambda _status, block: parts.append(block))
+    return b"".join(parts).decode("utf-8", "replace") if status == 200 else None
 
-    urls = _metrics_urls(cfg)
-    async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=10)) as s:
+
+async def _sample_gauges(cfg: dict, stop: asyncio.Event, out: list) -> None:
+    pools = [_session(cfg, 1, url) for url in _metrics_urls(cfg)]
+    try:
         while not stop.is_set():
             try:
                 texts = []
-                for url in urls:
-                    async with s.get(url + "/metrics", headers=_headers(cfg)) as r:
-                        # keep the raw text: parsing here would stall the event loop the lag check measures
-                        texts.append(await r.text())
-                out.append(texts)
-            except (asyncio.TimeoutError, aiohttp.ClientError):  # noqa: UP041 - Python 3.10 vLLM venvs
+                for pool in pools:
+                    # keep the raw text: parsing here would stall the event loop the lag check measures
+                    texts.append(await asyncio.wait_for(_get_text(pool, "/metrics"), 10))
+                if None not in texts:
+                    out.append(texts)
+            except (asyncio.TimeoutError, sse_http.HttpError):  # noqa: UP041 - Python 3.10 vLLM venvs
                 pass
             try:
                 await asyncio.wait_for(stop.wait(), cfg["metrics_interval_s"])
             except asyncio.TimeoutError:  # noqa: UP041 - Python 3.10 vLLM venvs
                 pass
+    finally:
+        for pool in pools:
+            pool.close()
 
 
 class _TelemetryThread:
@@ -588,7 +604,7 @@ def _result_head(cfg: dict, started: float, **client) -> dict:
         "backend": "openai-chat" if cfg["endpoint"] == "chat" else "openai",
         "model_id": cfg["model"], "base_url": cfg["base_url"],
         "client": {k: v for k, v in cfg.items() if k != "api_key"} | client | {
-            "read_bufsize": READ_BUFSIZE, "pid": os.getpid()},
+            "pid": os.getpid()},
     }
 
 

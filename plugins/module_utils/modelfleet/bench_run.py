@@ -77,7 +77,7 @@ def write_result(path: str, result: dict) -> None:
 
 def run_benchmark(p: dict, check_mode: bool = False, sweep=None) -> dict:
     """p: the vllm_bench module's parameters. sweep(cfg, **kw) runs the points (default bench_client.run_sweep,
-    which needs aiohttp: the vLLM venv's python). Returns the module's result; raises BenchRunError."""
+    which needs httptools: the vLLM venv's python). Returns the module's result; raises BenchRunError."""
     try:
         levels = check_params(p)
     except ModelfleetError as e:
@@ -88,8 +88,8 @@ def run_benchmark(p: dict, check_mode: bool = False, sweep=None) -> dict:
     try:
         from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import bench_client
     except ImportError as e:
-        raise BenchRunError(f"the benchmark client needs aiohttp ({e}); run vllm_bench with the vLLM venv's python",
-                            result_path=p["result_path"], levels=levels) from None
+        raise BenchRunError(f"the benchmark client cannot be imported ({e}); run vllm_bench with the vLLM venv's "
+                            "python", result_path=p["result_path"], levels=levels) from None
     cfg = bench_client.default_config()
     procs = p["processes"] or min(os.cpu_count() or 1, max(1, -(-max(levels) // 256)))
     cfg.update(base_url=p["url"].rstrip("/"), model=p["served_name"], api_key=p["api_key"] or "",
