@@ -233,6 +233,10 @@ def test_a_failed_answer_is_a_record_s_error_not_an_exception():
     assert rec["error"].startswith("the server closed the connection before the answer ended")
     _seen, _conns, (rec,) = _raw(lambda i: b"SSH-2.0-OpenSSH_9.2\r\n\r\n", _cfg())  # not HTTP
     assert rec["error"].startswith("bad answer from the server")
+    _seen, _conns, (rec,) = _raw(lambda i: _chunked(b"data: {\"choices\": [\n\n"), _cfg())  # an event not JSON
+    assert rec["error"].startswith("bad answer from the server: JSONDecodeError")
+    _seen, _conns, (rec,) = _raw(lambda i: _chunked(b"data: {\"choices\": ["), _cfg())  # ... with no line end
+    assert rec["error"].startswith("bad answer from the server: JSONDecodeError")
     with socket.socket() as s:  # a port nothing listens on
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

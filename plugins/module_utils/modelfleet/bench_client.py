@@ -282,6 +282,8 @@ async def one_request(pool, cfg: dict, prompt, scheduled: float | None = None, k
         rec["error"] = f"no whole answer within request_timeout_s ({cfg['request_timeout_s']} s)"
     except sse_http.HttpError as e:
         rec["error"] = str(e)[:200]
+    except fastjson.JSONError as e:  # the last event (no line end after it) is not JSON
+        rec["error"] = f"bad answer from the server: {type(e).__name__}: {e}"[:200]
     rec["end"] = time.perf_counter()
     if keep_text:
         rec["text"] = "".join(text)

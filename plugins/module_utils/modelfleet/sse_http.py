@@ -41,8 +41,8 @@ def _check_header_value(name: str, value: str) -> str:
 
 
 class _Connection(asyncio.Protocol):
-    """One TCP (or TLS) connection; one request at a time. The answer's body goes to `on_body` (a callable given
-    with each request as its sink) as it arrives, from the transport's callback."""
+    """One TCP (or TLS) connection; one request at a time. The answer's body goes to the request's sink (a callable
+    given with each request) as it arrives, from the transport's callback."""
 
     def __init__(self, loop):
         self.loop, self.transport, self.closed = loop, None, False
@@ -60,7 +60,11 @@ class _Connection(asyncio.Protocol):
             return
         try:
             self.parser.feed_data(data)
-        except Exception as e:  # httptools.HttpParserError and what an on_body callback raised
+        except httptools.HttpParserCallbackError as e:  # what the sink raised (an event that is not JSON), inside
+            why = e.__context__ or e
+            self._fail(HttpError(f"bad answer from the server: {type(why).__name__}: {why}"))
+            self.close()
+        except httptools.HttpParserError as e:  # not HTTP
             self._fail(HttpError(f"bad answer from the server: {type(e).__name__}: {e}"))
             self.close()
 
@@ -168,15 +172,15 @@ class Pool:
         self.open.add(c)
         return c
 
-    async def request(self, method: str, path: str, body: bytes, on_body) -> int:
-        """Send one request and wait for its whole answer; `on_body(status, bytes)` gets the body as it arrives.
+    async def request(self, method: str, path: str, body: bytes, sink) -> int:
+        """Send one request and wait for its whole answer; `sink(status, bytes)` gets the body as it arrives.
         Returns the status. Raises HttpError. A request cancelled (its deadline) closes its connection."""
         async with self.slots:
             c = await self._connect()
             head = (f"{method} {self.prefix}{path} HTTP/1.1\r\n{self.head}\r\n"
                     f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
             try:
-                status = await c.start(head + body, on_body)
+                status = await c.start(head + body, sink)
             except BaseException:
                 c.close()
                 self.open.discard(c)
