@@ -258,6 +258,9 @@ def test_a_connection_the_server_closed_while_idle_is_not_reused():
 
 @pytest.mark.parametrize(("cfg", "fix"), [
     (dict(api_key="k\r\nX-Injected: 1"), "control character"),
+    (dict(api_key="ключ"), "not Latin-1"),
+    (dict(base_url="http://127.0.0.1:8000/my lb"), "plain ASCII without spaces"),
+    (dict(base_url="http://127.0.0.1:8000/é"), "plain ASCII without spaces"),
     (dict(base_url="ftp://example.com"), "base_url must be"),
     (dict(base_url="127.0.0.1:8000"), "base_url must be"),
 ])

@@ -6,7 +6,7 @@ Why not aiohttp's client (which this replaced, 2026-12-06): a streamed answer is
 aiohttp hands each read to the request's task through a StreamReader (a future, a task wake-up, a buffer and
 flow-control calls per read). Here the parser calls `on_body` straight from the transport's `data_received`, and the
 caller's event callback runs there: no task wakes until the answer is whole. On one vLLM CPU server at C = 256 that
-halved the client's CPU per streamed token (benchmarks/bench_side_by_side.py, docs/benchmark.md).
+cut the client's CPU per streamed token by 44% (benchmarks/bench_side_by_side.py, docs/benchmark.md).
 
 What is written here is the request (its line and headers); the framing of the answer (status line, headers,
 chunked or sized bodies, keep-alive) is httptools'. No proxy, no redirects, no compression: a benchmark talks to the
@@ -37,6 +37,11 @@ def _check_header_value(name: str, value: str) -> str:
     if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
         raise ValueError(f"the {name} header's value holds a control character (a line break would inject "
                          "headers into the request); remove it")
+    try:
+        value.encode("latin-1")
+    except UnicodeEncodeError:
+        raise ValueError(f"the {name} header's value holds a character an HTTP header cannot carry (not "
+                         "Latin-1); check it") from None
     return value
 
 
@@ -130,7 +135,11 @@ class Pool:
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"base_url must be http://host[:port] or https://..., got {base_url!r}")
         self.host, self.port = u.hostname, u.port or (443 if u.scheme == "https" else 80)
-        self.prefix = u.path.rstrip("/")
+        prefix = u.path.rstrip("/")
+        if not prefix.isascii() or any(ord(ch) <= 0x20 or ord(ch) == 0x7F for ch in prefix):
+            raise ValueError(f"base_url's path must be plain ASCII without spaces (percent-encode the rest), got "
+                             f"{base_url!r}")
+        self.prefix = prefix.encode("ascii")
         self.ssl = None
         if u.scheme == "https":
             import ssl
@@ -140,7 +149,7 @@ class Pool:
         default_port = 443 if u.scheme == "https" else 80
         authority = host if self.port == default_port else f"{host}:{self.port}"
         lines = [f"Host: {authority}"] + [f"{k}: {_check_header_value(k, str(v))}" for k, v in (headers or {}).items()]
-        self.head = "\r\n".join(lines)
+        self.head = "\r\n".join(lines).encode("latin-1")  # each value checked above
         self.idle: list = []
         self.slots = asyncio.Semaphore(max(1, limit))
         self.open: set = set()
@@ -177,8 +186,8 @@ class Pool:
         Returns the status. Raises HttpError. A request cancelled (its deadline) closes its connection."""
         async with self.slots:
             c = await self._connect()
-            head = (f"{method} {self.prefix}{path} HTTP/1.1\r\n{self.head}\r\n"
-                    f"Content-Length: {len(body)}\r\n\r\n").encode("latin-1")
+            head = b"%s %s%s HTTP/1.1\r\n%s\r\nContent-Length: %d\r\n\r\n" % (
+                method.encode("ascii"), self.prefix, path.encode("ascii"), self.head, len(body))
             try:
                 status = await c.start(head + body, sink)
             except BaseException:
