@@ -33,8 +33,13 @@ class HttpError(Exception):
     """A request that got no whole answer: the connection failed, closed early, or the answer was not HTTP."""
 
 
+def _has_control(text: str, space: bool = False) -> bool:
+    """Whether `text` holds an ASCII control character (or, with `space`, a space)."""
+    return any(ord(ch) < 0x20 or ord(ch) == 0x7F or (space and ch == " ") for ch in text)
+
+
 def _check_header_value(name: str, value: str) -> str:
-    if any(ord(ch) < 0x20 or ord(ch) == 0x7F for ch in value):
+    if _has_control(value):
         raise ValueError(f"the {name} header's value holds a control character (a line break would inject "
                          "headers into the request); remove it")
     try:
@@ -134,9 +139,10 @@ class Pool:
         u = urlsplit(base_url)
         if u.scheme not in ("http", "https") or not u.hostname:
             raise ValueError(f"base_url must be http://host[:port] or https://..., got {base_url!r}")
-        self.host, self.port = u.hostname, u.port or (443 if u.scheme == "https" else 80)
+        default_port = 443 if u.scheme == "https" else 80
+        self.host, self.port = u.hostname, u.port or default_port
         prefix = u.path.rstrip("/")
-        if not prefix.isascii() or any(ord(ch) <= 0x20 or ord(ch) == 0x7F for ch in prefix):
+        if not prefix.isascii() or _has_control(prefix, space=True):
             raise ValueError(f"base_url's path must be plain ASCII without spaces (percent-encode the rest), got "
                              f"{base_url!r}")
         self.prefix = prefix.encode("ascii")
@@ -146,7 +152,6 @@ class Pool:
 
             self.ssl = ssl.create_default_context()
         host = f"[{self.host}]" if ":" in self.host else self.host
-        default_port = 443 if u.scheme == "https" else 80
         authority = host if self.port == default_port else f"{host}:{self.port}"
         lines = [f"Host: {authority}"] + [f"{k}: {_check_header_value(k, str(v))}" for k, v in (headers or {}).items()]
         self.head = "\r\n".join(lines).encode("latin-1")  # each value checked above
