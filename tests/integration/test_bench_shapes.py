@@ -56,13 +56,28 @@ def _point(url, **kw):
 
 
 def test_reasoning_steps_are_counted_apart_from_the_answer_and_the_answer_is_timed(reasoner):
-    short, long = _point(reasoner.url, thinking_budget=4), _point(reasoner.url, thinking_budget=12)
-    for p in (short, long):
-        r = p["reasoning"]
-        assert r["requests"] == r["answered"] == N and r["answer_steps"] > 0
-        assert p["p99_ttfa_ms"] >= p["median_ttfa_ms"] > p["median_ttft_ms"] > 0
-    # the budget decides the reasoning, token for token: 8 more tokens of budget, 8 more reasoning steps each
-    assert long["reasoning"]["reasoning_steps"] - short["reasoning"]["reasoning_steps"] == 8 * N
+    seen = []
+    for _attempt in range(3):
+        short, long = _point(reasoner.url, thinking_budget=4), _point(reasoner.url, thinking_budget=12)
+        for p, budget in ((short, 4), (long, 12)):
+            r = p["reasoning"]
+            assert r["requests"] == r["answered"] == N and r["answer_steps"] > 0
+            assert p["p99_ttfa_ms"] >= p["median_ttfa_ms"] > p["median_ttft_ms"] > 0
+            # never more reasoning steps than the budget allows (the template's newline after <think> is one of
+            # its tokens, so alone a request reasons budget - 1 steps: one over is allowed, as once seen under load)
+            assert N <= r["reasoning_steps"] <= budget * N
+        seen.append((short["reasoning"]["reasoning_steps"], long["reasoning"]["reasoning_steps"]))
+        # the budget decides the reasoning, token for token: 8 more tokens of budget, 8 more reasoning steps each.
+        # Exact only when the server sends one token per step: under load vLLM merges the steps a slow API process
+        # has not sent yet into one delta (RequestOutputCollector), and a CI run beside molecule/fleet once saw one
+        # step more than the budget gives alone (2026-12-06: 19 and 66 reasoning steps, not 18 and 66). The client
+        # counts what was sent; a miscount (the answer's steps counted as reasoning, a step counted twice) is
+        # wrong in every attempt.
+        if seen[-1][1] - seen[-1][0] == 8 * N:
+            break
+    else:
+        pytest.fail(f"a 12-token budget never gave exactly 8 more reasoning steps per request than a 4-token one "
+                    f"in 3 attempts (reasoning steps, budget 4 and 12, {N} requests each: {seen})")
     # without a budget the random model never ends its reasoning: every step is reasoning, no answer begins
     unbounded = _point(reasoner.url)
     assert unbounded["reasoning"]["answered"] == 0 and unbounded["reasoning"]["reasoning_share"] == 1.0

@@ -143,6 +143,55 @@ def test_a_bad_shard_read_in_parallel_is_named_as_it_is_sequentially(kimi_synthe
     assert parallel["error"] == sequential["error"] and sequential["error"].startswith(f"{bad}: header is not valid")
 
 
+REPEAT_IN = """
+import json, sys, time
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import checkpoint
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import CheckpointError
+checkpoint.PARALLEL_SHARDS = 2
+checkpoint.os.cpu_count = lambda: 4
+if sys.argv[3] == "workers-die":  # every worker ends without an answer, as one killed from outside would
+    checkpoint._read_shards = lambda *a: checkpoint.os._exit(1)
+errors, times, facts = set(), [], None
+for _ in range(int(sys.argv[2])):
+    t = time.monotonic()
+    try:
+        facts = checkpoint.inspect_local(sys.argv[1])
+        errors.add(None)
+    except CheckpointError as e:
+        errors.add(str(e))
+    times.append(time.monotonic() - t)
+children = [c for t in checkpoint.os.listdir("/proc/self/task")
+            for c in open(f"/proc/self/task/{t}/children").read().split()]
+print(json.dumps({"errors": sorted(errors, key=str), "slowest_s": max(times), "facts": facts,
+                  "children": children}))
+"""
+
+
+def test_an_early_bad_shard_in_parallel_ends_the_workers_every_time(kimi_synthetic, tmp_path):
+    """The error path, many times over: the first shard fails while every worker is still reading, and the
+    reader must end them all and raise, never wait (a multiprocessing.Pool's terminate() hung here once)."""
+    for p in kimi_synthetic.iterdir():
+        (tmp_path / p.name).symlink_to(p)
+    bad = sorted(p.name for p in kimi_synthetic.glob("*.safetensors"))[1]
+    (tmp_path / bad).unlink()
+    (tmp_path / bad).write_bytes(struct.pack("<Q", 12) + b"{not json}  ")
+    r = subprocess.run([sys.executable, "-c", REPEAT_IN, str(tmp_path), "10", "-"], capture_output=True, text=True,
+                       timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert len(out["errors"]) == 1 and out["errors"][0].startswith(f"{bad}: header is not valid"), out["errors"]
+    assert out["children"] == []  # no worker is left behind
+
+
+def test_a_worker_that_ends_without_answering_leaves_its_shards_to_the_caller(kimi_synthetic):
+    sequential = _inspect_in_a_process(kimi_synthetic, 10**9)
+    r = subprocess.run([sys.executable, "-c", REPEAT_IN, str(kimi_synthetic), "1", "workers-die"],
+                       capture_output=True, text=True, timeout=240)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = json.loads(r.stdout)
+    assert out["errors"] == [None] and out["facts"] == sequential["facts"] and out["children"] == []
+
+
 def _with_index(kimi_synthetic, tmp_path, change) -> Path:
     """The synthetic checkpoint by links, with its index rewritten by `change(weight_map)`."""
     for p in kimi_synthetic.iterdir():

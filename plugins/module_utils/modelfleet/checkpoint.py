@@ -430,31 +430,78 @@ def _single_threaded() -> bool:
         return False
 
 
+def _read_shards(path: str, shards: list[str], quant: dict, conn) -> None:
+    """A worker process: `shards` read in order, each one's (name, ok, facts or error) sent on `conn`."""
+    for s in shards:
+        try:
+            out = (s, True, _shard_facts(path, s, quant))
+        except Exception as e:  # raised in the parent when this shard's facts are asked for
+            out = (s, False, e)
+        try:
+            conn.send(out)
+        except Exception as e:  # an error that does not pickle is sent as its text
+            conn.send((s, False, CheckpointError(f"{s}: {out[2]!r}" if not out[1] else f"{s}: {e!r}")))
+    conn.close()
+
+
 class _ShardReader:
     """Reads shards' headers into partial facts: with PARALLEL_SHARDS or more shards on a host of several cores, in
-    worker processes started at once (the caller meanwhile parses the index), else in order when asked."""
+    worker processes started at once (the caller meanwhile parses the index), else in order when asked.
+    Each worker has its own shards (every n-th, so that shards asked for in order come from each in turn) and its
+    own pipe: nothing is shared between the workers, so ending them early (a shard's error, a shard not asked
+    for) is a kill. A multiprocessing.Pool shares a task queue whose lock terminate() must take; a worker waiting on
+    that queue could hold it, and a run hung there once (2026-12-06)."""
 
     def __init__(self, path: str, shards: list[str], quant: dict):
-        self.path, self.quant, self.pool, self.pending = path, quant, None, {}
-        workers = min(os.cpu_count() or 1, 4, len(shards))
+        self.path, self.quant = path, quant
+        self.workers: list = []
+        self.owner: dict[str, int] = {}
+        self.got: dict[str, tuple] = {}
+        n = min(os.cpu_count() or 1, 4, len(shards))
         # Fork only from a single-threaded process: a child forked while another thread holds a lock (a logger's,
         # the import lock) waits on it forever - found when the suite ran this under pytest-xdist (3 threads) and
         # a worker hung. Module processes and the CLI are single-threaded; anything else reads the shards in order.
-        if len(shards) >= PARALLEL_SHARDS and workers >= 2 and _single_threaded():
+        if len(shards) >= PARALLEL_SHARDS and n >= 2 and _single_threaded():
             import multiprocessing
 
-            # fork: the workers start at once with this module loaded; a shard's error is raised when its result is
-            # asked for, in shard order, as the sequential path raises it
-            self.pool = multiprocessing.get_context("fork").Pool(workers)
-            self.pending = {s: self.pool.apply_async(_shard_facts, (path, s, quant)) for s in shards}
+            ctx = multiprocessing.get_context("fork")  # the workers start at once with this module loaded
+            for w in range(n):
+                mine = shards[w::n]
+                recv, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_read_shards, args=(path, mine, quant, send), daemon=True)
+                proc.start()
+                send.close()
+                self.workers.append((proc, recv))
+                self.owner.update(dict.fromkeys(mine, w))
 
     def __enter__(self):
         return self
 
     def __exit__(self, *exc):
-        if self.pool is not None:
-            self.pool.terminate()  # a shard not asked for (not in the index, or after an error) is not waited on
-            self.pool.join()
+        for proc, conn in self.workers:
+            proc.kill()  # a shard not asked for (not in the index, or after an error) is not waited on
+            proc.join()
+            conn.close()
+        self.workers = []
+
+    def _one(self, shard: str) -> tuple[dict, int, int]:
+        """One shard's facts: its worker's answer (its error raised here, in the order shards are asked for, as
+        the sequential path raises it), or read here when no worker has it or its worker ended without answering."""
+        w = self.owner.pop(shard, None)
+        if w is not None:
+            conn = self.workers[w][1]
+            while shard not in self.got:
+                try:
+                    name, ok, value = conn.recv()
+                except (EOFError, OSError):  # the worker is gone (killed from outside): the shard is read here
+                    break
+                self.got[name] = (ok, value)
+            if shard in self.got:
+                ok, value = self.got.pop(shard)
+                if not ok:
+                    raise value
+                return value
+        return _shard_facts(self.path, shard, self.quant)
 
     def facts(self, shards: list[str], weight_map: dict[str, str]) -> dict:
         """The merged facts of `shards` (in order; the first bad one is named), each checked to hold every tensor
@@ -471,8 +518,7 @@ class _ShardReader:
             digests[shard] = digests.get(shard, 0) + sum(map(hash, names))
         parts = []
         for s in shards:
-            job = self.pending.get(s)
-            part, count, digest = job.get() if job is not None else _shard_facts(self.path, s, self.quant)
+            part, count, digest = self._one(s)
             if weight_map and (count, digest) != (counts.get(s, 0), digests.get(s, 0)):
                 self._name_unmapped(s, weight_map)  # a shard with tensors the index does not map is fine
             parts.append(part)
