@@ -98,20 +98,30 @@ multiprocessing.get_context = lambda m=None: forks.append(m) or real(m)
 if sys.argv[3] == "threaded":  # a thread started below the threading module, as execnet's are
     import _thread, time
     _thread.start_new_thread(time.sleep, (600,))
-try:
-    out = {"facts": checkpoint.inspect_local(sys.argv[1])}
-except CheckpointError as e:
-    out = {"error": str(e)}
+if sys.argv[3] == "workers-die":  # every worker ends without an answer, as one killed from outside would
+    checkpoint._read_shards = lambda *a: os._exit(1)
+errors = set()
+for _ in range(int(sys.argv[4])):
+    try:
+        out = {"facts": checkpoint.inspect_local(sys.argv[1])}
+    except CheckpointError as e:
+        out = {"error": str(e)}
+    errors.add(out.get("error"))
+out["errors"] = sorted(errors, key=str)
 out["forks"] = forks
+out["children"] = [c for t in os.listdir("/proc/self/task")
+                   for c in open(f"/proc/self/task/{t}/children").read().split()]
 print(json.dumps(out))
 """
 
 
-def _inspect_in_a_process(path, threshold: int, threads: str = "single") -> dict:
+def _inspect_in_a_process(path, threshold: int, threads: str = "single", repeat: int = 1) -> dict:
     """inspect_local in a fresh single-threaded process (as a module or the CLI runs it; pytest-xdist's workers
-    have threads, in which the shards are read in order), with a chosen parallel threshold and two cores."""
-    r = subprocess.run([sys.executable, "-c", INSPECT_IN, str(path), str(threshold), threads], capture_output=True,
-                       text=True, timeout=300)
+    have threads, in which the shards are read in order), with a chosen parallel threshold and two cores, `repeat`
+    times: the last run's facts or error, every distinct error (None for a run that passed), the forks, and the
+    process's children left at the end."""
+    r = subprocess.run([sys.executable, "-c", INSPECT_IN, str(path), str(threshold), threads, str(repeat)],
+                       capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     return json.loads(r.stdout)
 
@@ -143,30 +153,6 @@ def test_a_bad_shard_read_in_parallel_is_named_as_it_is_sequentially(kimi_synthe
     assert parallel["error"] == sequential["error"] and sequential["error"].startswith(f"{bad}: header is not valid")
 
 
-REPEAT_IN = """
-import json, sys, time
-from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import checkpoint
-from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.errors import CheckpointError
-checkpoint.PARALLEL_SHARDS = 2
-checkpoint.os.cpu_count = lambda: 4
-if sys.argv[3] == "workers-die":  # every worker ends without an answer, as one killed from outside would
-    checkpoint._read_shards = lambda *a: checkpoint.os._exit(1)
-errors, times, facts = set(), [], None
-for _ in range(int(sys.argv[2])):
-    t = time.monotonic()
-    try:
-        facts = checkpoint.inspect_local(sys.argv[1])
-        errors.add(None)
-    except CheckpointError as e:
-        errors.add(str(e))
-    times.append(time.monotonic() - t)
-children = [c for t in checkpoint.os.listdir("/proc/self/task")
-            for c in open(f"/proc/self/task/{t}/children").read().split()]
-print(json.dumps({"errors": sorted(errors, key=str), "slowest_s": max(times), "facts": facts,
-                  "children": children}))
-"""
-
-
 def test_an_early_bad_shard_in_parallel_ends_the_workers_every_time(kimi_synthetic, tmp_path):
     """The error path, many times over: the first shard fails while every worker is still reading, and the
     reader must end them all and raise, never wait (a multiprocessing.Pool's terminate() hung here once)."""
@@ -175,20 +161,14 @@ def test_an_early_bad_shard_in_parallel_ends_the_workers_every_time(kimi_synthet
     bad = sorted(p.name for p in kimi_synthetic.glob("*.safetensors"))[1]
     (tmp_path / bad).unlink()
     (tmp_path / bad).write_bytes(struct.pack("<Q", 12) + b"{not json}  ")
-    r = subprocess.run([sys.executable, "-c", REPEAT_IN, str(tmp_path), "10", "-"], capture_output=True, text=True,
-                       timeout=240)
-    assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout)
+    out = _inspect_in_a_process(tmp_path, 2, repeat=10)
     assert len(out["errors"]) == 1 and out["errors"][0].startswith(f"{bad}: header is not valid"), out["errors"]
     assert out["children"] == []  # no worker is left behind
 
 
 def test_a_worker_that_ends_without_answering_leaves_its_shards_to_the_caller(kimi_synthetic):
     sequential = _inspect_in_a_process(kimi_synthetic, 10**9)
-    r = subprocess.run([sys.executable, "-c", REPEAT_IN, str(kimi_synthetic), "1", "workers-die"],
-                       capture_output=True, text=True, timeout=240)
-    assert r.returncode == 0, r.stderr[-2000:]
-    out = json.loads(r.stdout)
+    out = _inspect_in_a_process(kimi_synthetic, 2, "workers-die")
     assert out["errors"] == [None] and out["facts"] == sequential["facts"] and out["children"] == []
 
 

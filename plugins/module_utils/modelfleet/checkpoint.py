@@ -439,8 +439,8 @@ def _read_shards(path: str, shards: list[str], quant: dict, conn) -> None:
             out = (s, False, e)
         try:
             conn.send(out)
-        except Exception as e:  # an error that does not pickle is sent as its text
-            conn.send((s, False, CheckpointError(f"{s}: {out[2]!r}" if not out[1] else f"{s}: {e!r}")))
+        except Exception as e:  # what does not pickle is sent as its text
+            conn.send((s, False, CheckpointError(f"{s}: {(e if out[1] else out[2])!r}")))
     conn.close()
 
 
@@ -488,20 +488,18 @@ class _ShardReader:
         """One shard's facts: its worker's answer (its error raised here, in the order shards are asked for, as
         the sequential path raises it), or read here when no worker has it or its worker ended without answering."""
         w = self.owner.pop(shard, None)
-        if w is not None:
-            conn = self.workers[w][1]
-            while shard not in self.got:
-                try:
-                    name, ok, value = conn.recv()
-                except (EOFError, OSError):  # the worker is gone (killed from outside): the shard is read here
-                    break
-                self.got[name] = (ok, value)
-            if shard in self.got:
-                ok, value = self.got.pop(shard)
-                if not ok:
-                    raise value
-                return value
-        return _shard_facts(self.path, shard, self.quant)
+        while w is not None and shard not in self.got:
+            try:
+                name, ok, value = self.workers[w][1].recv()
+            except (EOFError, OSError):  # the worker is gone (killed from outside): the shard is read here
+                break
+            self.got[name] = (ok, value)
+        if shard not in self.got:
+            return _shard_facts(self.path, shard, self.quant)
+        ok, value = self.got.pop(shard)
+        if not ok:
+            raise value
+        return value
 
     def facts(self, shards: list[str], weight_map: dict[str, str]) -> dict:
         """The merged facts of `shards` (in order; the first bad one is named), each checked to hold every tensor
