@@ -164,6 +164,48 @@ def test_a_chain_is_pipelined_child_takes_files_from_its_parent_as_they_are_veri
     assert [src.rsplit("/", 1)[-1] for _t, src in seen_by_b] == [e["name"].rsplit("/", 1)[-1] for e in lock["files"]]
 
 
+def test_a_file_is_hashed_while_the_next_one_moves_and_served_onwards_as_soon_as_it_matched(tmp_path):
+    """One hop moves files at the rate of the slower of its link and its hash, not of the two one after the other
+    (on a 100 GbE link sha256 at ~1.5 GB/s per core is as slow as rsync itself). The hash of a file must run beside
+    the next file's transfer, and the file be listed as verified (served onwards) when its hash matched, not when
+    the transfer beside it ends. Each wait below is bounded: code that hashes after the transfer, or that keeps a
+    hashed file until the next transfer ended, waits out the bound and fails the assertions."""
+    oroot, lock = _origin(tmp_path, sizes=(200_000, 150_000, 100_000))
+    root = str(tmp_path / "a")
+    status_path = model_paths(root, REPO, COMMIT)["status"]
+    names = [e["name"].rsplit("/", 1)[-1] for e in lock["files"]]  # in the lock's order (the pull's)
+    started = {n: threading.Event() for n in names}
+    overlapped, listed_while_moving = [], []
+
+    def rsync(cmd, timeout):
+        name = cmd[-1].rsplit("/", 1)[-1]
+        if name in started:
+            started[name].set()
+            i = names.index(name)
+            if i > 0:  # the file before is hashed beside this transfer, and listed before this transfer ends
+                t = time.monotonic()
+                while time.monotonic() - t < 10:
+                    with open(status_path) as f:
+                        if names[i - 1] in [v.rsplit("/", 1)[-1] for v in json.load(f)["verified"]]:
+                            listed_while_moving.append(names[i - 1])
+                            break
+                    time.sleep(0.01)
+        return peer.run_rsync(cmd, timeout)
+
+    def digest(path, algo):
+        name = path.rsplit("/", 1)[-1]
+        i = names.index(name)
+        if i + 1 < len(names) and started[names[i + 1]].wait(10):
+            overlapped.append(name)
+        return peer.file_digest(path, algo)
+
+    res = peer.pull(root=root, lock=lock, sources=[_src("o", oroot, True)], poll_seconds=0.02, rsync=rsync,
+                    digest=digest)
+    assert overlapped == names[:-1], "each file but the last was hashed while the next one moved"
+    assert listed_while_moving == names[:-1], "a matched file was served onwards before the next transfer ended"
+    assert res["dropped"] == [] and _files(root, lock) == _files(oroot, lock, "final")
+
+
 def test_a_flipped_byte_at_the_source_is_caught_and_never_served_onwards(tmp_path):
     oroot, lock = _origin(tmp_path)
     bad_root = str(tmp_path / "bad")

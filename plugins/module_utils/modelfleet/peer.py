@@ -23,7 +23,9 @@ import json
 import os
 import shlex
 import subprocess
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import (
     MARKER_DIR,
@@ -224,22 +226,28 @@ def close_connections(sources: list[dict]) -> None:
 
 
 def pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1.0,
-         stall_seconds: float = 60.0, rsync=run_rsync, log=lambda msg: None) -> dict:
+         stall_seconds: float = 60.0, rsync=run_rsync, log=lambda msg: None, digest=file_digest) -> dict:
     """Pull every locked file (see _pull), then end the SSH connections it opened, whatever happened."""
     try:
         return _pull(root=root, lock=lock, sources=sources, poll_seconds=poll_seconds,
-                     stall_seconds=stall_seconds, rsync=rsync, log=log)
+                     stall_seconds=stall_seconds, rsync=rsync, log=log, digest=digest)
     finally:
         close_connections(sources)
 
 
 def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1.0,
-          stall_seconds: float = 60.0, rsync=run_rsync, log=lambda msg: None) -> dict:
+          stall_seconds: float = 60.0, rsync=run_rsync, log=lambda msg: None, digest=file_digest) -> dict:
     """Pull every locked file into this host's staging folder from the first live source, verifying each
     against the lock before it is renamed into staging (and so before this host serves it onwards).
     `sources`: dicts {host, address, port, user, root, complete, ssh: {key, known_hosts, control_dir}}, tried in
     order. Returns figures; raises PeerError when no source is left. Does not mark the model complete
-    (`finalize_recorded` does, once every host's pull has ended: children may still read this staging)."""
+    (`finalize_recorded` does, once every host's pull has ended: children may still read this staging).
+
+    A file is hashed while the next one moves (one hashing thread; at most one received file waits unverified):
+    each hop then moves files at the rate of the slower of its link and its hash, not of the two one after the
+    other. The hashing thread renames a good file into staging and lists it in the status at once, so children
+    do not wait for the transfer it overlapped; a bad one is removed there, and its source is dropped when the
+    transfer beside it has ended (`settle`)."""
     if not sources:
         raise PeerError("no source to pull from: the plan gave this host none")
     for src in sources:
@@ -261,8 +269,11 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
     live = list(sources)
     dropped: list[dict] = []
     taken = {}  # file -> source host
+    # record, taken, live, dropped and the status file are changed by this thread and by the hashing thread
+    guard = threading.Lock()
+    moving = {"name": None}  # the file rsync is moving now (for the status the hashing thread writes)
 
-    def status(state, **extra):
+    def status(state, **extra):  # with guard held
         done = sum(e["size"] for e in lock["files"] if e["name"] in record)
         write_status(paths["status"], {
             "state": state, "repo_id": lock["repo_id"], "revision": lock["revision"], "via": "peer",
@@ -272,16 +283,73 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
             "source": live[0]["host"] if live else None, "dropped": dropped, "pid": os.getpid(),
             "started_at": started, "updated_at": time.time(), **extra})
 
+    def drop(host, reason):
+        with guard:
+            if not any(s["host"] == host for s in live):
+                return  # dropped already (a second bad file of the same source)
+            log(f"dropping source {host}: {reason}")
+            dropped.append({"host": host, "reason": reason})
+            live[:] = [s for s in live if s["host"] != host]
+
+    def check(e, tmp, host):
+        """In the hashing thread: keep the received file if it matches the lock, else remove it and return
+        (source, reason)."""
+        name = e["name"]
+        algo, want = entry_digest(e)
+        got, n = digest(tmp, algo)
+        with guard:
+            if n != e["size"] or got != want:
+                os.unlink(tmp)  # never kept, never served
+                return host, (f"it served {name} with {algo} {got} ({n} bytes), the lock says {want} "
+                              f"({e['size']} bytes): the copy there is bad")
+            final_p = os.path.join(staging, name)
+            os.makedirs(os.path.dirname(final_p), exist_ok=True)
+            os.replace(tmp, final_p)
+            os.chmod(final_p, 0o644)
+            s = os.stat(final_p)
+            record[name] = {"algo": algo, "digest": got, "size": s.st_size, "mtime_ns": s.st_mtime_ns}
+            save_record(staging, record)
+            taken[name] = host
+            status("receiving", **({"receiving": moving["name"]} if moving["name"] else {}))
+        return None
+
+    hashing = None  # (file, future) of the file being hashed
+
+    def settle():
+        """Wait for the file being hashed; drop its source if the copy was bad."""
+        nonlocal hashing
+        if hashing is not None:
+            _name, fut = hashing
+            hashing = None
+            bad = fut.result()
+            if bad is not None:
+                drop(*bad)
+
     kept_bytes = sum(e["size"] for e in lock["files"] if e["name"] in record)
-    status("receiving")
+    with guard:
+        status("receiving")
     last_seen: dict = {}  # source host -> (its status's updated_at, when that value last changed here)
     unread: dict = {}  # source host -> failed status reads in a row
-    for e in lock["files"]:
-        name = e["name"]
-        while name not in record:
+    hasher = ThreadPoolExecutor(max_workers=1)
+    try:
+        while True:
+            if hashing is not None and hashing[1].done():
+                settle()
+            e = next((x for x in lock["files"] if x["name"] not in record
+                      and (hashing is None or x["name"] != hashing[0])), None)
+            if e is None:  # every file is kept, or the last one is being hashed
+                if hashing is None:
+                    break
+                settle()
+                continue
+            name = e["name"]
             if not live:
-                status("failed", reason=f"no source left for {name}")
+                if hashing is not None:  # its outcome first: it is kept, or it is the file that has no source
+                    settle()
+                    continue
                 why = "; ".join(f"{x['host']}: {x['reason']}" for x in dropped) or "none given"
+                with guard:
+                    status("failed", reason=f"no source left for {name}")
                 raise PeerError(f"{lock['repo_id']}@{lock['revision'][:12]}: no source left to pull {name} from "
                                 f"({why}); files verified so far are kept in {staging} - fix or drop the "
                                 "failed host, then rerun")
@@ -310,40 +378,31 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
                     reason = (f"its own pull had not started after {stall_seconds:g} s (no status there)"
                               if st.get("state") == "pending" else f"it made no progress for {stall_seconds:g} s")
                 if reason is None:
-                    status("receiving", waiting_for=name)
+                    with guard:
+                        status("receiving", waiting_for=name)
                     time.sleep(poll_seconds)
                     continue
             if reason is None:
                 rel_dir = rel_final if src.get("complete") else rel_staging
                 tmp = os.path.join(scratch, "files", name)
                 os.makedirs(os.path.dirname(tmp), exist_ok=True)
-                status("receiving", receiving=name)
+                with guard:
+                    moving["name"] = name
+                    status("receiving", receiving=name)
                 rc, err = rsync(rsync_command(src, f"{rel_dir}/{name}", tmp, **src.get("ssh", {})),
                                 max(stall_seconds * 4, 3600.0 * e["size"] / 1e9 + stall_seconds))
-                if rc != 0:
-                    reason = f"rsync of {name} failed (exit {rc}: {err})"
-                else:
-                    algo, want = entry_digest(e)
-                    got, n = file_digest(tmp, algo)
-                    if n != e["size"] or got != want:
-                        os.unlink(tmp)  # never kept, never served
-                        reason = (f"it served {name} with {algo} {got} ({n} bytes), the lock says {want} "
-                                  f"({e['size']} bytes): the copy there is bad")
-                    else:
-                        final_p = os.path.join(staging, name)
-                        os.makedirs(os.path.dirname(final_p), exist_ok=True)
-                        os.replace(tmp, final_p)
-                        os.chmod(final_p, 0o644)
-                        s = os.stat(final_p)
-                        record[name] = {"algo": algo, "digest": got, "size": s.st_size, "mtime_ns": s.st_mtime_ns}
-                        save_record(staging, record)
-                        taken[name] = src["host"]
-                        status("receiving")
-                        continue
-            log(f"dropping source {src['host']}: {reason}")
-            dropped.append({"host": src["host"], "reason": reason})
-            live.pop(0)
-    status("received", sources=sorted(set(taken.values())))
+                with guard:
+                    moving["name"] = None
+                settle()  # the file before this one, hashed while this one moved
+                if rc == 0:
+                    hashing = (name, hasher.submit(check, e, tmp, src["host"]))
+                    continue
+                reason = f"rsync of {name} failed (exit {rc}: {err})"
+            drop(src["host"], reason)
+    finally:
+        hasher.shutdown(wait=True)
+    with guard:
+        status("received", sources=sorted(set(taken.values())))
     seconds = time.time() - started
     moved = total - kept_bytes
     return {"model": d, "staging": staging, "files": len(lock["files"]), "bytes": total, "bytes_moved": moved,
