@@ -4,6 +4,7 @@ behind a tbf-limited link, reached over SSH on its own address), with the physic
 
     python benchmarks/bench_distribute.py [--hosts 1 2 4 8] [--rate-mbit 200] [--model-mb 256] [--files 16]
                                           [--modes controller direct peer] [--plot docs/img/distribute.png]
+    python benchmarks/bench_distribute.py --faults [--model-mb 128]    a killed pull and a flipped byte (faults())
 
 The origin holds the verified model (placed with podman cp: its own download is not what is measured); each run
 is the hf_fetch role as a deploy runs it (benchmarks/distribute.yml), the receivers emptied before each. Printed
@@ -79,6 +80,119 @@ def check_hashes(hosts: list[tuple[str, str]], lock: dict) -> str:
     return "every file on every receiver matches the lock"
 
 
+def fleet_up(n: int, rate_mbit: int, work: Path, paths: dict) -> tuple[list, str, Path]:
+    """An emulated fleet of an origin (holding the verified model) and n receivers; its inventory."""
+    sh(str(ROOT / "scripts" / "netfleet.sh"), "up", str(n + 1), str(rate_mbit))
+    hosts = [tuple(line.split()) for line in (ROOT / ".cache" / "netfleet" / "hosts").read_text().splitlines()]
+    origin = hosts[0][0]
+    rel = os.path.relpath(paths["final"], str(work / "origin"))
+    sh("podman", "exec", origin, "mkdir", "-p", f"/models/{os.path.dirname(rel)}")
+    sh("podman", "cp", paths["final"], f"{origin}:/models/{rel}")
+    inv = work / f"inventory-{n}.yml"
+    inv.write_text(sh(str(ROOT / "scripts" / "netfleet.sh"), "inventory"))
+    return hosts, origin, inv
+
+
+def play_command(inv: Path, endpoint: str, origin: str, mode: str, relay: Path, extra: str = "") -> list[str]:
+    return ["ansible-playbook", "-i", str(inv), str(ROOT / "benchmarks" / "distribute.yml"), "-e",
+            f"repo_id={REPO} endpoint={endpoint} origin={origin} via={mode} relay_dir={relay} {extra}".strip()]
+
+
+def host_status(host: str, lock: dict) -> dict:
+    """A host's status file for the model (what its children read), {} when it has none yet."""
+    p = model_paths("/models", lock["repo_id"], lock["revision"])["status"]
+    out = subprocess.run(["podman", "exec", host, "cat", p], capture_output=True, text=True, check=False).stdout
+    try:
+        return json.loads(out)
+    except ValueError:
+        return {}
+
+
+def wait_for(what: str, cond, timeout: float = 300.0):
+    t = time.monotonic()
+    while time.monotonic() - t < timeout:
+        r = cond()
+        if r:
+            return r
+        time.sleep(0.2)
+    raise SystemExit(f"faults: {what} did not happen in {timeout:g} s")
+
+
+def faults(a, work: Path, paths: dict, lock: dict, endpoint: str, env: dict) -> int:
+    """Issue 23's fault cases over the emulated network, through the role (SSH, rrsync, the transfer user and keys),
+    on a chain origin -> r1 -> r2 -> r3:
+    1. r2's pull is killed (SIGKILL) a third of the way in: the play fails naming r2, r3 leaves r2 once its status
+       stops changing and takes the rest from r1; the rerun continues r2 from its verified files and ends verified.
+    2. A byte of a file that r2 verified is flipped there before r3 takes it (r3's link is slowed so that it
+       lags): r3 catches it by its hash, drops r2 naming the file, takes the file from r1; r2 is not marked complete
+       (the file changed after its verification). Every receiver that ends complete is checked against the lock."""
+    stall = 15
+    hosts, origin, inv = fleet_up(3, a.rate_mbit, work, paths)
+    r1, r2, r3 = (h for h, _addr in hosts[1:])
+    weights = [f["name"] for f in lock["files"] if f["name"].endswith(".safetensors")]
+    staging = model_paths("/models", lock["repo_id"], lock["revision"])["staging"]
+
+    def run(tag: str, background: bool = False):
+        cmd = play_command(inv, endpoint, origin, "peer", work / f"relay-{tag}", f"hf_fetch_stall_seconds={stall}")
+        log = open(work / f"play-faults-{tag}.log", "w")
+        p = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, text=True)
+        return p if background else p.wait()
+
+    def play_text(tag: str) -> str:
+        return " ".join((work / f"play-faults-{tag}.log").read_text().split())
+
+    print(f"faults: chain {origin} -> {r1} -> {r2} -> {r3}, links {a.rate_mbit} Mbit/s, stall limit {stall} s")
+    # 1. a pull killed mid-way
+    p = run("kill", background=True)
+    st = wait_for(f"{r2} verifying a third of the files",
+                  lambda: (s := host_status(r2, lock)) and len(s.get("verified", [])) >= len(lock["files"]) // 3 and s)
+    # the module's own process (the async wrapper that watches it records its death as the job's failure)
+    sh("podman", "exec", r2, "sh", "-c", "for p in $(pgrep -f '[A]nsiballZ_hf_peer_pull'); do "
+       "tr '\\0' ' ' </proc/$p/cmdline | grep -q async_wrapper || kill -9 $p; done")
+    killed_at = len(st["verified"])
+    rc = p.wait()
+    text = play_text("kill")
+    r3_status = host_status(r3, lock)
+    r3_dropped = [d["host"] for d in r3_status.get("dropped", [])]
+    print(f"  1. killed {r2}'s pull with {killed_at} of {len(lock['files'])} files verified: play rc={rc}; "
+          f"failed hosts named: {sorted(set(re.findall(r'fatal: .(mfnet-h[0-9]+).', text)))}; "
+          f"{r3} took files from {r3_status.get('sources')}, dropped {r3_dropped}")
+    rc = run("resume")
+    kept = re.findall(r"received \d+ bytes \((\d+) files kept from before\)", play_text("resume"))
+    print(f"     rerun: rc={rc}; files kept from before, per receiver that pulled: {kept}; "
+          f"{check_hashes(hosts[1:], lock)}")
+
+    # 2. a byte flipped on r2 after it verified the file, before r3 took it
+    for h, _addr in hosts[1:]:
+        sh("podman", "exec", h, "rm", "-rf", "/models")
+    i3 = int(r3.rsplit("h", 1)[1])
+    sh("ip", "netns", "exec", "mfnet-sw", "tc", "qdisc", "replace", "dev", f"p{i3}", "root", "tbf", "rate",
+       f"{max(a.rate_mbit // 8, 1)}mbit", "burst", "32768", "latency", "50ms")
+    p = run("flip", background=True)
+
+    def target():
+        s2, s3 = host_status(r2, lock), host_status(r3, lock)
+        ahead = [w for w in weights if w in s2.get("verified", []) and w not in s3.get("verified", [])
+                 and w != s3.get("receiving")]
+        return ahead[-1] if len(ahead) >= 2 else None
+
+    victim = wait_for(f"{r2} verifying files {r3} has not taken", target)
+    flip = ("import sys; f = open(sys.argv[1], 'r+b'); f.seek(1000); b = f.read(1); f.seek(1000); "
+            "f.write(bytes([b[0] ^ 1])); f.close()")
+    sh("podman", "exec", r2, "python3", "-c", flip, f"{staging}/{victim}")
+    rc = p.wait()
+    text = play_text("flip")
+    s3 = host_status(r3, lock)
+    reasons = [d["reason"] for d in s3.get("dropped", []) if d["host"] == r2]
+    print(f"  2. flipped a byte of {victim} on {r2} after its verification: play rc={rc}")
+    print(f"     {r3}: state {s3.get('state')}, took files from {s3.get('sources')}, dropped {r2} because: "
+          f"{reasons[0] if reasons else 'NOT DROPPED'}")
+    r2_fail = re.search(r"fatal: ." + re.escape(r2) + r".*?msg: (.{0,300})", text)
+    print(f"     {r2}: {'failed: ' + r2_fail.group(1) if r2_fail else 'NOT FAILED'}")
+    print(f"     receivers that ended complete: {check_hashes([h for h in hosts[1:] if h[0] != r2], lock)}")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--hosts", type=int, nargs="+", default=[1, 2, 4, 8], help="receiving hosts (N)")
@@ -89,6 +203,8 @@ def main() -> int:
     ap.add_argument("--plot", default="")
     ap.add_argument("--json", default="")
     ap.add_argument("--keep", action="store_true", help="leave the last emulated fleet up (to look at a failure)")
+    ap.add_argument("--faults", action="store_true", help="instead of timings: a killed pull and a flipped byte over "
+                    "the emulated network (printed outcomes; faults())")
     a = ap.parse_args()
     work = Path(tempfile.mkdtemp(prefix="mf-bench-distribute-"))
     model = make_model(work, a.model_mb, a.files)
@@ -110,15 +226,10 @@ def main() -> int:
         one_copy = total * 8 / (a.rate_mbit * 1e6)
         print(f"model {total / 1e6:.0f} MB in {len(lock['files'])} files; links {a.rate_mbit} Mbit/s each way; "
               f"one copy's physical limit {one_copy:.1f} s")
+        if a.faults:
+            return faults(a, work, paths, lock, srv.url, env)
         for n in a.hosts:
-            sh(str(ROOT / "scripts" / "netfleet.sh"), "up", str(n + 1), str(a.rate_mbit))
-            hosts = [tuple(line.split()) for line in (ROOT / ".cache" / "netfleet" / "hosts").read_text().splitlines()]
-            origin = hosts[0][0]
-            rel = os.path.relpath(paths["final"], str(work / "origin"))
-            sh("podman", "exec", origin, "mkdir", "-p", f"/models/{os.path.dirname(rel)}")
-            sh("podman", "cp", paths["final"], f"{origin}:/models/{rel}")
-            inv = work / f"inventory-{n}.yml"
-            inv.write_text(sh(str(ROOT / "scripts" / "netfleet.sh"), "inventory"))
+            hosts, origin, inv = fleet_up(n, a.rate_mbit, work, paths)
             for mode in a.modes:
                 for h, _addr in hosts[1:]:
                     sh("podman", "exec", h, "rm", "-rf", "/models")
@@ -130,9 +241,8 @@ def main() -> int:
                 relay = work / f"relay-{mode}-{n}"
                 tx0, rx0 = ctl_bytes()
                 t = time.monotonic()
-                p = subprocess.run(["ansible-playbook", "-i", str(inv), str(ROOT / "benchmarks" / "distribute.yml"),
-                                    "-e", f"repo_id={REPO} endpoint={srv.url} origin={origin} via={mode} "
-                                          f"relay_dir={relay}"], env=env, capture_output=True, text=True, check=False)
+                p = subprocess.run(play_command(inv, srv.url, origin, mode, relay), env=env, capture_output=True,
+                                   text=True, check=False)
                 wall = time.monotonic() - t
                 if mode == "direct":
                     sh("podman", "exec", origin, "rm", "-f", str(key))

@@ -206,6 +206,62 @@ def test_a_file_is_hashed_while_the_next_one_moves_and_served_onwards_as_soon_as
     assert res["dropped"] == [] and _files(root, lock) == _files(oroot, lock, "final")
 
 
+def _peer_holding(tmp_path, oroot, lock, name, missing=()):
+    """A peer whose staging holds the model's files (but `missing`) and whose status lists every file verified."""
+    import shutil
+
+    proot = str(tmp_path / name)
+    staging = model_paths(proot, REPO, COMMIT)["staging"]
+    os.makedirs(os.path.dirname(staging), exist_ok=True)
+    shutil.copytree(model_paths(oroot, REPO, COMMIT)["final"], staging)
+    for m in missing:
+        os.unlink(os.path.join(staging, m))
+    st = model_paths(proot, REPO, COMMIT)["status"]
+    os.makedirs(os.path.dirname(st), exist_ok=True)
+    json.dump({"state": "receiving", "revision": COMMIT, "verified": [e["name"] for e in lock["files"]],
+               "updated_at": 1}, open(st, "w"))
+    return proot
+
+
+def test_a_child_behind_its_parent_reads_the_status_once_for_the_files_the_parent_is_ahead_by(tmp_path):
+    """A status read is a round trip (an SSH session and rrsync) before a transfer: a child that lags its parent
+    takes every file the last read listed without reading again, so it does not fall further behind per file."""
+    oroot, lock = _origin(tmp_path)
+    proot = _peer_holding(tmp_path, oroot, lock, "p")
+    reads = []
+
+    def rsync(cmd, timeout):
+        if "status-" in cmd[-1]:
+            reads.append(cmd[-1])
+        return peer.run_rsync(cmd, timeout)
+
+    res = peer.pull(root=str(tmp_path / "c"), lock=lock, sources=[_src("p", proot), _src("o", oroot, True)],
+                    poll_seconds=0.02, rsync=rsync)
+    assert len(reads) == 1 and res["sources"] == ["p"] and res["dropped"] == []
+    assert _files(str(tmp_path / "c"), lock) == _files(oroot, lock, "final")
+
+
+def test_a_listed_file_gone_from_the_parent_is_read_again_before_the_parent_is_dropped(tmp_path):
+    """A file the last read listed may be gone when it is asked for (the parent restarted and removed it): that
+    is no reason to drop the parent until a fresh read still lists a file the parent cannot serve."""
+    oroot, lock = _origin(tmp_path)
+    gone = lock["files"][2]["name"]
+    proot = _peer_holding(tmp_path, oroot, lock, "p", missing=[gone])
+    reads = []
+
+    def rsync(cmd, timeout):
+        if "status-" in cmd[-1]:
+            reads.append(cmd[-1])
+        return peer.run_rsync(cmd, timeout)
+
+    res = peer.pull(root=str(tmp_path / "c"), lock=lock, sources=[_src("p", proot), _src("o", oroot, True)],
+                    poll_seconds=0.02, rsync=rsync)
+    assert len(reads) == 2, "read once at the start, once more when the listed file was not there"
+    assert [d["host"] for d in res["dropped"]] == ["p"]
+    assert f"rsync of {gone} failed (exit {peer.RSYNC_PARTIAL}" in res["dropped"][0]["reason"]
+    assert _files(str(tmp_path / "c"), lock) == _files(oroot, lock, "final")
+
+
 def test_a_flipped_byte_at_the_source_is_caught_and_never_served_onwards(tmp_path):
     oroot, lock = _origin(tmp_path)
     bad_root = str(tmp_path / "bad")

@@ -330,6 +330,7 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
         status("receiving")
     last_seen: dict = {}  # source host -> (its status's updated_at, when that value last changed here)
     unread: dict = {}  # source host -> failed status reads in a row
+    listed: dict = {}  # source host -> the files its last read status listed as verified
     hasher = ThreadPoolExecutor(max_workers=1)
     try:
         while True:
@@ -354,34 +355,42 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
                                 f"({why}); files verified so far are kept in {staging} - fix or drop the "
                                 "failed host, then rerun")
             src = live[0]
-            st = _source_status(src, rel_status, scratch, rsync, stall_seconds)
-            now = time.monotonic()
-            if st is None:
-                unread[src["host"]] = unread.get(src["host"], 0) + 1
-                if unread[src["host"]] < STATUS_TRIES:
-                    time.sleep(poll_seconds)
-                    continue
-                reason = (f"its status could not be read {STATUS_TRIES} times in a row (host down, or its SSH "
-                          "access refused)")
-            elif st.get("state") == "failed" or (st.get("revision") not in (None, lock["revision"])):
-                reason = f"it reported {st.get('state')!r} ({st.get('reason', 'another revision')})"
+            # a peer that listed this file as verified at its last read is not read again before it is taken: a
+            # child behind its parent reads the status once for all the files the parent is ahead by, not once per
+            # file (the read is a round trip before each transfer, and the parent does no such read of the origin)
+            cached = name in listed.get(src["host"], ())
+            reason = None
+            if cached:
+                last_seen.pop(src["host"], None)  # a stall is timed from the next read, not from before these files
             else:
-                reason = None
-            if st is not None:
-                unread.pop(src["host"], None)
-            if reason is None and not src.get("complete") and name not in (st.get("verified") or []):
-                stamp = st.get("updated_at")
-                prev = last_seen.get(src["host"])
-                if prev is None or prev[0] != stamp:
-                    last_seen[src["host"]] = (stamp, now)
-                elif now - prev[1] > stall_seconds:
-                    reason = (f"its own pull had not started after {stall_seconds:g} s (no status there)"
-                              if st.get("state") == "pending" else f"it made no progress for {stall_seconds:g} s")
-                if reason is None:
-                    with guard:
-                        status("receiving", waiting_for=name)
-                    time.sleep(poll_seconds)
-                    continue
+                st = _source_status(src, rel_status, scratch, rsync, stall_seconds)
+                now = time.monotonic()
+                if st is None:
+                    unread[src["host"]] = unread.get(src["host"], 0) + 1
+                    if unread[src["host"]] < STATUS_TRIES:
+                        time.sleep(poll_seconds)
+                        continue
+                    reason = (f"its status could not be read {STATUS_TRIES} times in a row (host down, or its SSH "
+                              "access refused)")
+                elif st.get("state") == "failed" or (st.get("revision") not in (None, lock["revision"])):
+                    reason = f"it reported {st.get('state')!r} ({st.get('reason', 'another revision')})"
+                else:
+                    unread.pop(src["host"], None)
+                    listed[src["host"]] = set(st.get("verified") or [])
+                if reason is None and not src.get("complete") and name not in listed[src["host"]]:
+                    stamp = st.get("updated_at")
+                    prev = last_seen.get(src["host"])
+                    if prev is None or prev[0] != stamp:
+                        last_seen[src["host"]] = (stamp, now)
+                    elif now - prev[1] > stall_seconds:
+                        reason = (f"its own pull had not started after {stall_seconds:g} s (no status there)"
+                                  if st.get("state") == "pending" else
+                                  f"it made no progress for {stall_seconds:g} s")
+                    if reason is None:
+                        with guard:
+                            status("receiving", waiting_for=name)
+                        time.sleep(poll_seconds)
+                        continue
             if reason is None:
                 rel_dir = rel_final if src.get("complete") else rel_staging
                 tmp = os.path.join(scratch, "files", name)
@@ -396,6 +405,9 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
                 settle()  # the file before this one, hashed while this one moved
                 if rc == 0:
                     hashing = (name, hasher.submit(check, e, tmp, src["host"]))
+                    continue
+                if cached and rc == RSYNC_PARTIAL:  # gone since the read that listed it: read again, then decide
+                    listed.pop(src["host"], None)
                     continue
                 reason = f"rsync of {name} failed (exit {rc}: {err})"
             drop(src["host"], reason)
