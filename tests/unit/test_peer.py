@@ -223,11 +223,8 @@ def _peer_holding(tmp_path, oroot, lock, name, missing=()):
     return proot
 
 
-def test_a_child_behind_its_parent_reads_the_status_once_for_the_files_the_parent_is_ahead_by(tmp_path):
-    """A status read is a round trip (an SSH session and rrsync) before a transfer: a child that lags its parent
-    takes every file the last read listed without reading again, so it does not fall further behind per file."""
-    oroot, lock = _origin(tmp_path)
-    proot = _peer_holding(tmp_path, oroot, lock, "p")
+def _pull_counting_reads(root, lock, sources):
+    """A pull with the real rsync; returns its result and the status reads it made."""
     reads = []
 
     def rsync(cmd, timeout):
@@ -235,8 +232,15 @@ def test_a_child_behind_its_parent_reads_the_status_once_for_the_files_the_paren
             reads.append(cmd[-1])
         return peer.run_rsync(cmd, timeout)
 
-    res = peer.pull(root=str(tmp_path / "c"), lock=lock, sources=[_src("p", proot), _src("o", oroot, True)],
-                    poll_seconds=0.02, rsync=rsync)
+    return peer.pull(root=root, lock=lock, sources=sources, poll_seconds=0.02, rsync=rsync), reads
+
+
+def test_a_child_behind_its_parent_reads_the_status_once_for_the_files_the_parent_is_ahead_by(tmp_path):
+    """A status read is a round trip (an SSH session and rrsync) before a transfer: a child that lags its parent
+    takes every file the last read listed without reading again, so it does not fall further behind per file."""
+    oroot, lock = _origin(tmp_path)
+    proot = _peer_holding(tmp_path, oroot, lock, "p")
+    res, reads = _pull_counting_reads(str(tmp_path / "c"), lock, [_src("p", proot), _src("o", oroot, True)])
     assert len(reads) == 1 and res["sources"] == ["p"] and res["dropped"] == []
     assert _files(str(tmp_path / "c"), lock) == _files(oroot, lock, "final")
 
@@ -247,15 +251,7 @@ def test_a_listed_file_gone_from_the_parent_is_read_again_before_the_parent_is_d
     oroot, lock = _origin(tmp_path)
     gone = lock["files"][2]["name"]
     proot = _peer_holding(tmp_path, oroot, lock, "p", missing=[gone])
-    reads = []
-
-    def rsync(cmd, timeout):
-        if "status-" in cmd[-1]:
-            reads.append(cmd[-1])
-        return peer.run_rsync(cmd, timeout)
-
-    res = peer.pull(root=str(tmp_path / "c"), lock=lock, sources=[_src("p", proot), _src("o", oroot, True)],
-                    poll_seconds=0.02, rsync=rsync)
+    res, reads = _pull_counting_reads(str(tmp_path / "c"), lock, [_src("p", proot), _src("o", oroot, True)])
     assert len(reads) == 2, "read once at the start, once more when the listed file was not there"
     assert [d["host"] for d in res["dropped"]] == ["p"]
     assert f"rsync of {gone} failed (exit {peer.RSYNC_PARTIAL}" in res["dropped"][0]["reason"]
