@@ -14,6 +14,8 @@ description:
     the lock's digest before it is renamed into staging, and only such files are listed in the host's status
     file, which is what its own children read. A source that fails, stalls or serves a file that does not
     match the lock is dropped and the next one is used. A killed pull continues from the verified files.
+    Each file is hashed while the next one moves, and a source's status is read again only for a file its last
+    read did not list.
   - With O(phase=finalize) the pulled tree is marked complete from the digests recorded as the files arrived
     (a file without a valid record is hashed again); run it once every host's pull has ended.
   - The controller carries no model bytes. The SSH access between hosts is set up and removed by the
