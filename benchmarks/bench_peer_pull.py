@@ -109,14 +109,12 @@ def main() -> int:
                     runs[way].append(one_pull(origin, lock, str(work / "dest"), rate, way == "serial"))
             limit = f", {total / (rate * 1e6):.2f} s at the rate alone" if rate else ""
             print(f"rate {'unlimited' if not rate else f'{rate} MB/s'}{limit}:")
-            for way, rs in runs.items():
-                wall = statistics.median(r["wall"] for r in rs)
-                print(f"  {way:<10} pull {wall:6.2f} s ({total / wall / 1e6:6.0f} MB/s); transfers "
-                      f"{statistics.median(r['moving'] for r in rs):6.2f} s, hashes "
-                      f"{statistics.median(r['hashing'] for r in rs):5.2f} s")
-            s = statistics.median(r["wall"] for r in runs["serial"])
-            o = statistics.median(r["wall"] for r in runs["overlapped"])
-            print(f"  overlapped / serial: {o / s:.2f}")
+            med = {way: {k: statistics.median(r[k] for r in rs) for k in ("wall", "moving", "hashing")}
+                   for way, rs in runs.items()}
+            for way, m in med.items():
+                print(f"  {way:<10} pull {m['wall']:6.2f} s ({total / m['wall'] / 1e6:6.0f} MB/s); transfers "
+                      f"{m['moving']:6.2f} s, hashes {m['hashing']:5.2f} s")
+            print(f"  overlapped / serial: {med['overlapped']['wall'] / med['serial']['wall']:.2f}")
     finally:
         shutil.rmtree(work, ignore_errors=True)
     return 0
