@@ -123,6 +123,8 @@ def faults(a, work: Path, paths: dict, lock: dict, endpoint: str, env: dict) -> 
     on a chain origin -> r1 -> r2 -> r3:
     1. r2's pull is killed (SIGKILL) a third of the way in: the play fails naming r2, r3 leaves r2 once its status
        stops changing and takes the rest from r1; the rerun continues r2 from its verified files and ends verified.
+    1b. The same, with the job's async wrapper killed too: the job never finishes, and the play fails naming r2 once
+       no process holds the model's write lock (the stall limit after); the rerun ends verified.
     2. A byte of a file that r2 verified is flipped there before r3 takes it (r3's link is slowed so that it
        lags): r3 catches it by its hash, drops r2 naming the file, takes the file from r1; r2 is not marked complete
        (the file changed after its verification). Every receiver that ends complete is checked against the lock."""
@@ -161,6 +163,23 @@ def faults(a, work: Path, paths: dict, lock: dict, endpoint: str, env: dict) -> 
     kept = re.findall(r"received \d+ bytes \((\d+) files kept from before\)", play_text("resume"))
     print(f"     rerun: rc={rc}; files kept from before, per receiver that pulled: {kept}; "
           f"{check_hashes(hosts[1:], lock)}")
+
+    # 1b. the same kill taking the job's async wrapper too (pkill -f matches both): the job never finishes; the
+    # watch fails it once no process holds the model's write lock (before: it waited hf_fetch_timeout_seconds)
+    for h, _addr in hosts[1:]:
+        sh("podman", "exec", h, "rm", "-rf", "/models")
+    p = run("killall", background=True)
+    st = wait_for(f"{r2} verifying a third of the files",
+                  lambda: (s := host_status(r2, lock)) and len(s.get("verified", [])) >= len(lock["files"]) // 3 and s)
+    sh("podman", "exec", r2, "pkill", "-9", "-f", "AnsiballZ_hf_peer_pull")
+    t = time.monotonic()
+    rc = p.wait()
+    gone = re.search(r"fatal: ." + re.escape(r2) + r".*?msg: .?(hf_fetch.{0,170})", play_text("killall"))
+    print(f"  1b. killed {r2}'s whole job (the module and Ansible's async wrapper) with {len(st['verified'])} files "
+          f"verified: play rc={rc}, {time.monotonic() - t:.0f} s after the kill; {r2}: "
+          f"{gone.group(1) if gone else 'NOT FAILED'}")
+    rc = run("killall-resume")
+    print(f"     rerun: rc={rc}; {check_hashes(hosts[1:], lock)}")
 
     # 2. a byte flipped on r2 after it verified the file, before r3 took it
     for h, _addr in hosts[1:]:

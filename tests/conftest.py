@@ -17,12 +17,16 @@ ROOT = Path(__file__).resolve().parents[1]
 FIXTURES = ROOT / "tests" / "fixtures"
 
 
-def run_local_play(play: Path) -> subprocess.CompletedProcess:
-    """ansible-playbook on this machine (local connection, this Python, the project's ansible.cfg)."""
+def run_local_play(play: Path, popen: bool = False):
+    """ansible-playbook on this machine (local connection, this Python, the project's ansible.cfg): its completed
+    process, or with popen the running one (output in .stdout, stderr with it)."""
     env = dict(os.environ, ANSIBLE_CONFIG=str(ROOT / "ansible.cfg"))
-    return subprocess.run(["ansible-playbook", "-i", "localhost,", "-c", "local", str(play),
-                           "-e", f"ansible_python_interpreter={sys.executable}"], capture_output=True, text=True,
-                          cwd=ROOT, env=env)
+    cmd = ["ansible-playbook", "-i", "localhost,", "-c", "local", str(play),
+           "-e", f"ansible_python_interpreter={sys.executable}"]
+    if popen:
+        return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                start_new_session=True)
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT, env=env)
 
 
 def ansible_module(name: str, args: dict, check=False, popen=False, extra_env: dict | None = None):

@@ -12,6 +12,7 @@ import sys
 import time
 
 import pytest
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import flock
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch import model_paths, verify_entry
 
 from modelfleet.harness.servers import hub_reset, hub_stats
@@ -70,28 +71,7 @@ def _kill_all(proc):
     session, so not in the controller's process group), the module (watchdog) and its download child.
     The tree is frozen first (SIGSTOP, repeated until no new process appears), then killed, so a worker
     that was just starting the module cannot live on as a second writer."""
-    frozen: set[int] = set()
-    while True:
-        kids, todo, tree = _children(), [proc.pid], set()
-        while todo:
-            pid = todo.pop()
-            if pid not in tree:
-                tree.add(pid)
-                todo += kids.get(pid, [])
-        new = tree - frozen
-        if not new:
-            break
-        for pid in new:
-            try:
-                os.kill(pid, signal.SIGSTOP)
-            except ProcessLookupError:
-                pass
-        frozen |= new
-    for pid in frozen:
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+    _kill_tree(proc.pid)
     proc.wait(10)
 
 
@@ -278,6 +258,75 @@ def test_the_role_fails_with_the_downloads_own_reason(slow_hub, tmp_path):
     assert r.returncode != 0, out[-2000:]
     assert "hf_fetch on localhost: " in out and "stalled or failed 2 times" in out, out[-3000:]
     assert not list(root.glob("*/*/.modelfleet/complete"))
+
+
+def _ppid(pid: int) -> int:
+    return int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+
+
+def test_the_watch_fails_when_the_downloads_process_is_gone(slow_hub, tmp_path):
+    """A download killed together with Ansible's async wrapper (`pkill -f hf_snapshot` matches both; so does the
+    out-of-memory killer taking the group; so does a host restart) never finishes its job: the watch waited for it
+    until hf_fetch_timeout_seconds (24 hours). It fails once the model's write lock has been free for the stall
+    time, with what happened, and nothing is marked complete."""
+    hub = slow_hub
+    root = tmp_path / "models"
+    play = tmp_path / "play.yml"
+    play.write_text(ROLE_PLAY.format(repo=TINY_REPO, root=root, endpoint=hub.url, venv=sys.prefix))
+    lock = lock_for(hub, root)
+    paths = model_paths(str(root), TINY_REPO, lock["revision"])
+    proc = run_local_play(play, popen=True)
+    try:
+        deadline = time.monotonic() + 120
+        while flock.holder(paths["flock"]) is None:  # the download has started
+            assert proc.poll() is None and time.monotonic() < deadline, proc.stdout.read()[-3000:]
+            time.sleep(0.2)
+        # killed at once: the watch may never see it hold the lock, but the lock file says it was taken after the
+        # job started, so the stall time applies (2 s), not the 60 s a writer that may still be starting gets
+        module = int(flock.holder(paths["flock"]))
+        top = module  # up to the async wrapper's daemon: everything of the job, and nothing of the play
+        while "async_wrapper" in open(f"/proc/{_ppid(top)}/cmdline").read().replace("\0", " "):
+            top = _ppid(top)
+        assert top != module, "the module does not run under Ansible's async wrapper"
+        _kill_tree(top)
+        t = time.monotonic()
+        out, _ = proc.communicate(timeout=120)  # before: waited until the job's timeout
+    finally:
+        if proc.poll() is None:
+            _kill_all(proc)
+    out = " ".join(out.split())
+    assert proc.returncode != 0, out[-2000:]
+    assert "hf_fetch on localhost: its process is gone - the job never finished" in out, out[-3000:]
+    assert "nothing was marked complete" in out
+    assert time.monotonic() - t < 45, "the watch took longer than its stall time and a few polls"
+    assert not os.path.exists(paths["final"])
+
+
+def _kill_tree(top: int) -> None:
+    """SIGKILL `top` and every process below it, frozen first (SIGSTOP, repeated until no new process appears)
+    so none escapes by forking."""
+    frozen: set[int] = set()
+    while True:
+        kids, todo, tree = _children(), [top], set()
+        while todo:
+            pid = todo.pop()
+            if pid not in tree:
+                tree.add(pid)
+                todo += kids.get(pid, [])
+        new = tree - frozen
+        if not new:
+            break
+        for pid in new:
+            try:
+                os.kill(pid, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        frozen |= new
+    for pid in frozen:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
 
 
 @pytest.mark.parametrize("repo,rev,needle", [

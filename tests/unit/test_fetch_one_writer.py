@@ -71,14 +71,20 @@ def test_a_killed_holder_leaves_no_stale_lock(paths):
 def test_a_forked_child_keeps_the_lock_while_it_lives(paths):
     """The download child inherits the lock: it stays held until the child is gone too."""
     held = ModelWriteLock(paths).acquire()
+    r, w = os.pipe()
     pid = os.fork()
     if pid == 0:
-        time.sleep(2)
+        os.close(w)
+        os.read(r, 1)  # lives until the parent has been refused (a taker waits up to flock.PROBE_TOLERANCE)
         os._exit(0)
+    os.close(r)
     held.__exit__(None, None, None)  # the parent lets go; the child still holds the descriptor
-    with pytest.raises(FetchError):
-        ModelWriteLock(paths).acquire()
-    os.waitpid(pid, 0)
+    try:
+        with pytest.raises(FetchError):
+            ModelWriteLock(paths).acquire()
+    finally:
+        os.close(w)
+        os.waitpid(pid, 0)
     with ModelWriteLock(paths):
         pass
 

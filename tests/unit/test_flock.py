@@ -75,3 +75,35 @@ def test_a_killed_holder_leaves_no_stale_lock(tmp_path):
     fd, holder = flock.try_lock(path)
     assert fd is not None, f"a dead holder still blocks the lock ({holder})"
     flock.release(fd)
+
+
+def test_the_probe_names_a_live_holder_and_none_once_it_is_killed_without_creating_or_keeping_the_lock(tmp_path):
+    path = str(tmp_path / "x.lock")
+    assert flock.holder(path) is None and not os.path.exists(path), "a probe created the lock file"
+    child = _holder(path, 600, note_pid=True)
+    try:
+        assert flock.holder(path) == f"pid={child.pid}"
+    finally:
+        child.kill()
+        child.wait(timeout=30)
+    assert flock.holder(path) is None, "a killed holder still reads as holding the lock"
+    fd, _ = flock.try_lock(path)
+    assert fd is not None, "the probe kept the lock"
+    assert flock.holder(path) == f"pid={child.pid}", "this process's own lock is a holder too (the text is stale)"
+    flock.release(fd)
+
+
+def test_a_writer_that_starts_while_the_lock_is_probed_still_takes_it(tmp_path):
+    """The probe takes a shared lock for an instant; a writer taking the lock in that instant must not be refused
+    as if a second writer held it (the watch probes every poll while the fetch starts)."""
+    path = str(tmp_path / "x.lock")
+    probe = os.open(path, os.O_RDONLY | os.O_CREAT, 0o600)
+    import fcntl
+    import threading
+
+    fcntl.flock(probe, fcntl.LOCK_SH)  # an instant stretched to 0.3 s
+    threading.Timer(0.3, lambda: fcntl.flock(probe, fcntl.LOCK_UN)).start()
+    fd, who = flock.try_lock(path, wait_seconds=flock.PROBE_TOLERANCE)
+    os.close(probe)
+    assert fd is not None, f"refused while only probed ({who})"
+    flock.release(fd)

@@ -354,6 +354,68 @@ def test_one_lost_status_read_does_not_drop_a_good_parent(tmp_path):
     assert len(failed) == 2 and res["dropped"] == [] and res["sources"] == ["a"]
 
 
+def test_a_parent_moving_one_file_for_longer_than_the_stall_time_is_progress_not_a_stall(tmp_path):
+    """A child times its parent's progress by the parent's status. A file that takes the parent longer than the
+    stall time to receive (a 9 GB shard at 500 Mbit/s: 150 s, against 120 s by default) left that status unchanged,
+    and the child dropped a healthy parent to pull from the origin: on a slow network every child did, and the
+    chain became a star. While a file moves, the status is written again each interval in which it grew."""
+    oroot, lock = _origin(tmp_path, sizes=(1_200_000, 5))
+    aroot, broot = str(tmp_path / "a"), str(tmp_path / "b")
+    out = {}
+
+    def slow_link(cmd, timeout):  # the parent's link: 1.2 MB at 500 KB/s, 2.4 s for its first file
+        return peer.run_rsync([cmd[0], "--bwlimit=500", *cmd[1:]], timeout)
+
+    ta = threading.Thread(target=lambda: out.setdefault("a", peer.pull(
+        root=aroot, lock=lock, sources=[_src("o", oroot, True)], poll_seconds=0.1, rsync=slow_link)))
+    ta.start()
+    t = time.monotonic()
+    res_b = peer.pull(root=broot, lock=lock, sources=[_src("a", aroot), _src("o", oroot, True)],
+                      poll_seconds=0.05, stall_seconds=1.0)
+    ta.join()
+    assert time.monotonic() - t > 2.0, "the parent's first file did not take longer than the child's stall time"
+    assert res_b["dropped"] == [] and res_b["sources"] == ["a"], res_b["dropped"]
+    assert _files(broot, lock) == _files(oroot, lock, "final")
+
+    # and a transfer that moves nothing is still no progress: the parent is dropped after the stall time
+    croot = str(tmp_path / "c")
+
+    hung = []
+
+    def hung_link(cmd, timeout):  # its first file: connected and started (the file is there), moving nothing for 3 s
+        if not hung:
+            hung.append(open(cmd[-1], "ab").close())
+            time.sleep(3.0)
+        return peer.run_rsync(cmd, timeout)
+
+    tc = threading.Thread(target=lambda: out.setdefault("c", peer.pull(
+        root=croot, lock=lock, sources=[_src("o", oroot, True)], poll_seconds=0.1, rsync=hung_link)))
+    tc.start()
+    res_d = peer.pull(root=str(tmp_path / "d"), lock=lock, sources=[_src("c", croot), _src("o", oroot, True)],
+                      poll_seconds=0.05, stall_seconds=1.0)
+    tc.join()
+    assert res_d["dropped"] == [{"host": "c", "reason": "it made no progress for 1 s"}] and res_d["sources"] == ["o"]
+
+
+def test_a_status_rewritten_within_the_second_it_was_read_is_read_anew(tmp_path):
+    """rsync's quick check skips a file of the same size and the same second: a parent's status rewritten with the
+    same length in the second the child last read it (one heartbeat after another) read as unchanged, and the
+    child took a moving parent for a stalled one."""
+    aroot = str(tmp_path / "a")
+    st_path = model_paths(aroot, REPO, COMMIT)["status"]
+    os.makedirs(os.path.dirname(st_path))
+    rel = os.path.relpath(st_path, aroot)
+    scratch = str(tmp_path / "scratch")
+    os.makedirs(scratch)
+    second = 1_800_000_000 * 10**9
+    for i, at_ns in enumerate((second + 100_000_000, second + 400_000_000)):
+        with open(st_path, "w") as f:
+            json.dump({"state": "receiving", "revision": COMMIT, "verified": [], "updated_at": 1000 + i}, f)
+        os.utime(st_path, ns=(at_ns, at_ns))
+        got = peer._source_status(_src("a", aroot), rel, scratch, peer.run_rsync, 10)
+        assert got["updated_at"] == 1000 + i, "the status read returned the one before"
+
+
 def test_a_child_that_starts_before_its_parent_waits_for_it(tmp_path):
     """Every host of a chain starts its pull in the same task: a child can ask for its parent's status before the
     parent's pull has written any. Seen in molecule/fleet (fleet-3 dropped fleet-2 and took tiny-llama-b from the

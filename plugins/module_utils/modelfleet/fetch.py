@@ -227,8 +227,9 @@ class ModelWriteLock:
     """One writer per model: an exclusive flock on <root>/.status/<model>@<commit>.lock, held while a fetch
     or a re-verification changes staging or the final tree. The kernel drops it when the holder dies (a
     killed fetch leaves no stale lock); the download child inherits it, so it stays held while that child
-    still writes. A second writer is refused at once with the holder's pid and progress, never waits
-    silently, and changes nothing."""
+    still writes. A second writer is refused within flock.PROBE_TOLERANCE (2 s) with the holder's pid and
+    progress, never waits longer, and changes nothing. The role's watch asks whether the writer it started still
+    holds it (module model_write_lock): a job whose writer is gone fails then, instead of waiting its whole timeout."""
 
     def __init__(self, paths: dict):
         self.paths = paths
@@ -239,7 +240,8 @@ class ModelWriteLock:
 
     def acquire(self):
         """Take the lock (released at __exit__, or when this process and its children end)."""
-        fd, holder = flock.try_lock(self.paths["flock"], mode=0o644)
+        # a watch probing whether a writer still holds it (flock.holder) holds it for an instant: wait that out
+        fd, holder = flock.try_lock(self.paths["flock"], wait_seconds=flock.PROBE_TOLERANCE, mode=0o644)
         if fd is None:
             raise FetchError(self.busy_message(holder))
         flock.write_holder(fd, f"{os.getpid()}\n")

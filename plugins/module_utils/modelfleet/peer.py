@@ -105,6 +105,9 @@ def rsync_command(source: dict, rel: str, dest: str, *, key: str = "", known_hos
     args = ["rsync", "--times", f"--timeout={int(timeout)}"]
     if append:
         args.append("--append-verify")  # a partial file from a killed pull is continued, then checked whole
+    else:  # a status: copied every time. rsync's quick check skips a file of the same size and the same second, so a
+        # status rewritten in the second it was last read (a growing file's heartbeat) would read as unchanged
+        args.append("--ignore-times")
     if not source.get("address"):
         return [*args, os.path.join(source["root"], rel), dest]
     ssh = ["ssh", "-p", str(int(source.get("port") or 22)), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
@@ -313,6 +316,26 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
             status("receiving", **({"receiving": moving["name"]} if moving["name"] else {}))
         return None
 
+    moved = threading.Event()  # set when the transfer that heartbeat watches has ended
+
+    def heartbeat(name, tmp):
+        """While rsync moves `name` (into `tmp`, in place): the status again each poll interval in which the file
+        grew. A child times its source's progress by the status's updated_at: one file that takes longer than the
+        stall time to move (a 9 GB shard on a slow link) is progress, and a transfer that moves nothing is not."""
+        try:
+            last = os.path.getsize(tmp)
+        except OSError:
+            last = 0
+        while not moved.wait(poll_seconds):
+            try:
+                n = os.path.getsize(tmp)
+            except OSError:
+                continue
+            if n != last:
+                last = n
+                with guard:
+                    status("receiving", receiving=name, receiving_bytes=n)
+
     hashing = None  # (file, future) of the file being hashed
 
     def settle():
@@ -398,8 +421,15 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
                 with guard:
                     moving["name"] = name
                     status("receiving", receiving=name)
-                rc, err = rsync(rsync_command(src, f"{rel_dir}/{name}", tmp, **src.get("ssh", {})),
-                                max(stall_seconds * 4, 3600.0 * e["size"] / 1e9 + stall_seconds))
+                beat = threading.Thread(target=heartbeat, args=(name, tmp), daemon=True)
+                beat.start()
+                try:
+                    rc, err = rsync(rsync_command(src, f"{rel_dir}/{name}", tmp, **src.get("ssh", {})),
+                                    max(stall_seconds * 4, 3600.0 * e["size"] / 1e9 + stall_seconds))
+                finally:
+                    moved.set()
+                    beat.join()
+                    moved.clear()
                 with guard:
                     moving["name"] = None
                 settle()  # the file before this one, hashed while this one moved
