@@ -9,7 +9,7 @@ traceback says nothing about the job; it is replaced by what happened and what t
 A job whose process was killed together with the async wrapper (one `pkill -f` matches both), by the out-of-memory
 killer taking the process group, or by a host restart, never finishes: async_status says "not finished" until the
 job's timeout (24 hours by default for a fetch). The watch then asks whether the job's writer still holds the
-model's write lock (module model_write_lock: the kernel frees it when that process ends, however it ends) and
+model's write lock (module fetch_watch: the kernel frees it when that process ends, however it ends) and
 fails once it has been free long enough."""
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def job_failure(result, what, rerun=RERUN):
 
 def job_watch(watch, probe, started_at, grace, what, rerun=RERUN):
     """One poll of an unfinished job's watch. `watch`: this filter's result at the previous poll ({} at the first);
-    `probe`: module model_write_lock's result now (`held`, `taken_at`, `now`: the host's clock); `started_at`: its
+    `probe`: module fetch_watch's result now (`held`, `taken_at`, `now`: the host's clock); `started_at`: its
     `now` from a probe just before the job was started; `grace`: how long the lock may stay free while the job has
     not finished (the role's stall seconds). A writer is known to have started once the watch saw the lock held or
     the lock was taken after `started_at` (a writer the watch never saw, as a short pull killed between two polls);
@@ -49,7 +49,7 @@ def job_watch(watch, probe, started_at, grace, what, rerun=RERUN):
     that ends between its status and the probe has written its result by the next poll."""
     if not isinstance(watch, dict) or not isinstance(probe, dict) or "held" not in probe:
         raise AnsibleFilterError("job_watch: give it the previous poll's result ({} at the first poll) and "
-                                 "model_write_lock's result")
+                                 "fetch_watch's result")
     try:
         now, grace, started_at = float(probe.get("now")), float(grace), float(started_at)
         taken = probe.get("taken_at") is not None and float(probe["taken_at"]) >= started_at

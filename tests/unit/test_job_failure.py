@@ -118,7 +118,7 @@ def test_a_writer_the_watch_never_saw_but_that_took_the_lock_after_the_start_nee
 
 @pytest.mark.parametrize("watch,probe,needle", [
     (None, {"held": False, "taken_at": None, "now": 1.0}, "previous poll's result"),
-    ({}, {"failed": True}, "model_write_lock's result"),
+    ({}, {"failed": True}, "fetch_watch's result"),
     ({}, {"held": False, "taken_at": None, "now": "soon"}, "numbers of seconds"),
 ])
 def test_bad_input_is_named(watch, probe, needle):

@@ -229,7 +229,7 @@ class ModelWriteLock:
     killed fetch leaves no stale lock); the download child inherits it, so it stays held while that child
     still writes. A second writer is refused within flock.PROBE_TOLERANCE (2 s) with the holder's pid and
     progress, never waits longer, and changes nothing. The role's watch asks whether the writer it started still
-    holds it (module model_write_lock): a job whose writer is gone fails then, instead of waiting its whole timeout."""
+    holds it (module fetch_watch): a job whose writer is gone fails then, instead of waiting its whole timeout."""
 
     def __init__(self, paths: dict):
         self.paths = paths

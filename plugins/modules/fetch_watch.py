@@ -1,0 +1,90 @@
+#!/usr/bin/python
+"""Ansible module: one look of the watch at a detached fetch - its status, and whether its writer still lives."""
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: fetch_watch
+short_description: One look at a detached fetch - its status file, and whether a process holds the model's write lock
+description:
+  - Waits up to O(wait_seconds) for the fetch's status file (C(<root>/.status/<model>@<commit>.json)) to give a
+    state in O(until), reads it, then probes the model's one-writer lock file (C(<root>/.status/<model>@<commit>.flock),
+    the C(status) and C(flock) paths of lookup C(modelfleet.fleet.model_paths)). The lock is held by a hub download,
+    a peer pull or a re-verification for as long as it writes, and the kernel frees it when that process ends,
+    however it ends.
+  - The hf_fetch role's watch calls it once per poll, with async_status, while the job has not finished (one module
+    instead of a wait, a read and a probe; each module Ansible sends is about 180 KB, per host and per poll). A job
+    whose writer is gone (killed with Ansible's async wrapper, by the out-of-memory killer, or a host restart) never
+    finishes; filter C(modelfleet.fleet.job_watch) tells it from this module's answers. Called once before the job
+    starts (O(wait_seconds=0)), its C(now) tells whether a writer took the lock since (C(taken_at)), even one the
+    watch never saw.
+  - Read-only. Never creates a file; it holds the lock only for the instant of the probe, which a writer that
+    starts in that instant waits out.
+version_added: "0.1.0"
+author: modelfleet developers (@modelfleet)
+options:
+  status: {description: The fetch's status file., type: path, required: true}
+  flock: {description: The model's write-lock file., type: path, required: true}
+  wait_seconds: {description: "How long to wait for a state in O(until); 0 looks once.", type: float, default: 0}
+  until:
+    description: The states that end the wait (a fetch's end, as its status file says it).
+    type: list
+    elements: str
+    default: [complete, received, failed]
+attributes:
+  platform:
+    platforms: posix
+  check_mode: {support: full}
+  diff_mode: {support: none}
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
+"""
+
+EXAMPLES = r"""
+- name: Wait one interval for the download, and see whether its process still writes the model
+  modelfleet.fleet.fetch_watch:
+    status: "{{ paths.status }}"
+    flock: "{{ paths.flock }}"
+    wait_seconds: 10
+    until: [complete, failed]
+  register: look
+"""
+
+RETURN = r"""
+status: {description: "The status file's content ({} when there is none yet).", returned: always, type: dict}
+ended: {description: "The status's state is one of O(until).", returned: always, type: bool}
+waited_seconds: {description: How long it waited., returned: always, type: float}
+held: {description: A process holds the model's write lock now., returned: always, type: bool}
+holder: {description: "What the holder wrote in the lock file (its pid), or null when none holds it.",
+         returned: always, type: str}
+taken_at: {description: "When a writer last took the lock (it writes its pid into the file then), in seconds since
+           the epoch by this host's clock; null when there is no such file.", returned: always, type: float}
+now: {description: "This host's clock after the look, in seconds since the epoch.", returned: always, type: float}
+"""
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch_watch import look
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec={
+            "status": {"type": "path", "required": True},
+            "flock": {"type": "path", "required": True},
+            "wait_seconds": {"type": "float", "default": 0},
+            "until": {"type": "list", "elements": "str", "default": ["complete", "received", "failed"]},
+        },
+        supports_check_mode=True,
+    )
+    p = module.params
+    try:
+        res = look(p["status"], p["flock"], p["wait_seconds"], p["until"])
+    except OSError as e:
+        module.fail_json(msg=f"{p['flock']}: cannot probe the model's write lock ({e.strerror}); check that the "
+                             "models root is mounted and readable")
+    module.exit_json(changed=False, **res)
+
+
+if __name__ == "__main__":
+    main()
