@@ -24,13 +24,18 @@ def try_lock(path: str, wait_seconds: float = 0.0, mode: int = 0o600):
             return fd, None
         except BlockingIOError:
             if time.monotonic() >= deadline:
-                try:
-                    holder = os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "?"
-                except OSError:
-                    holder = "?"
+                who = _holder_text(fd)
                 os.close(fd)
-                return None, holder
+                return None, who
             time.sleep(0.2)
+
+
+def _holder_text(fd: int) -> str:
+    """What the lock's holder wrote in the file ("?" when nothing, or it cannot be read)."""
+    try:
+        return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "?"
+    except OSError:
+        return "?"
 
 
 def holder(path: str) -> str | None:
@@ -45,10 +50,7 @@ def holder(path: str) -> str | None:
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
         except BlockingIOError:
-            try:
-                return os.pread(fd, 4096, 0).decode("utf-8", "replace").strip() or "?"
-            except OSError:
-                return "?"
+            return _holder_text(fd)
         fcntl.flock(fd, fcntl.LOCK_UN)
         return None
     finally:
