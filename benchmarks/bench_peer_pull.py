@@ -1,5 +1,6 @@
-"""One hop of peer distribution (issue 23): a pull whose files are hashed while the next one moves, against the same
-pull with each hash run after its transfer (the code before 2026-12-07), on the same files, interleaved.
+"""One hop of peer distribution (issue 23): a pull whose files move in one rsync session and are hashed while the
+next one moves, against the same pull with one session per file, each begun after the file before it was hashed
+(the code before 2026-12-07), on the same files, interleaved.
 
     python benchmarks/bench_peer_pull.py [--files 8] [--file-mb 128] [--rate-mbyte 0 300] [--repeat 3]
 
@@ -55,24 +56,39 @@ def make_origin(work: Path, files: int, file_mb: int) -> tuple[str, dict]:
 
 
 def one_pull(origin: str, lock: dict, dest: str, rate_mbyte: int, serial: bool) -> dict:
-    """A pull into an empty `dest`; `serial` makes each transfer wait until the file before it was hashed and
-    kept (the pull before the change), through the pull's own hooks."""
+    """A pull into an empty `dest`; `serial` moves each file in a session of its own, begun once the file before
+    it was hashed and kept (the pull before the change), through the pull's own hooks."""
     shutil.rmtree(dest, ignore_errors=True)
     moved, hashed = [], []
     kept = threading.Event()
     kept.set()
 
-    def rsync(cmd, timeout):
-        if serial:
-            kept.wait()
-            time.sleep(0.005)  # the hashing thread renames and writes the status right after its hash returns
-        kept.clear()
+    def one(cmd, timeout, **kw):
         if rate_mbyte:
             cmd = [cmd[0], f"--bwlimit={rate_mbyte * 1000 * 1000 // 1024}", *cmd[1:]]
         t = time.monotonic()
-        r = peer.run_rsync(cmd, timeout)
+        r = peer.run_rsync(cmd, timeout, **kw)
         moved.append(time.monotonic() - t)
         return r
+
+    def rsync(cmd, timeout, **kw):
+        arg = next((x for x in cmd if x.startswith("--files-from=")), None)
+        if not serial or arg is None:
+            return one(cmd, timeout, **kw)
+        # the pull before the change: one session per file, each after the file before it was hashed and kept
+        lst = arg.split("=", 1)[1]
+        for name in [n for n in open(lst, "rb").read().split(b"\0") if n]:
+            open(os.path.join(cmd[-1], name.decode()), "ab").close()  # begun: the file before is whole, to be hashed
+            kw["on_line"](name.decode())
+            kept.wait()
+            time.sleep(0.005)  # the hashing thread renames and writes the status right after its hash returns
+            kept.clear()
+            with open(lst + ".one", "wb") as f:
+                f.write(name + b"\0")
+            rc, err = one([x if x != arg else f"--files-from={lst}.one" for x in cmd], timeout, **kw)
+            if rc != 0:
+                return rc, err
+        return 0, ""
 
     def digest(path, algo):
         t = time.monotonic()

@@ -33,7 +33,11 @@ options:
     default: []
   key: {description: Private key for SSH to the sources., type: path}
   known_hosts: {description: 'known_hosts file with the sources'' host keys (strict checking).', type: path}
-  control_dir: {description: Folder for SSH control sockets (one connection per source)., type: path}
+  control_dir:
+    description: >-
+      Folder for SSH control sockets (three shared connections per source: status reads, and two for the sessions
+      that move files). At most 47 bytes.
+    type: path
   poll_seconds: {description: How often a source's progress is read while waiting for a file., type: float, default: 1}
   stall_seconds: {description: A source whose progress does not change for this long is dropped., type: float, default: 120}
 extends_documentation_fragment:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import subprocess
+import sys
 import threading
 import time
 
@@ -84,8 +86,12 @@ def test_ssh_command_confines_to_the_key_known_hosts_and_relative_paths():
     assert cmd[-2:] == ["modelfleet-peer@10.0.0.1:org--m/c/f.bin", "/tmp/x"]
     ssh = cmd[cmd.index("-e") + 1]
     for part in ("-p 2222", "-i /run/k", "UserKnownHostsFile=/run/kh", "StrictHostKeyChecking=yes", "BatchMode=yes",
-                 "ControlPath=/run/c/%C"):
+                 "ControlPath=/run/c/s-%C"):
         assert part in ssh
+    # a session of several files goes over a connection of its own (not behind another session's bulk data)
+    cmd = peer.rsync_command(src, "org--m/c", "/tmp/d", control_dir="/run/c", files_from="/tmp/l", connection="1")
+    assert cmd[-2:] == ["modelfleet-peer@10.0.0.1:org--m/c/", "/tmp/d/"] and "--files-from=/tmp/l" in cmd
+    assert "ControlPath=/run/c/1-%C" in cmd[cmd.index("-e") + 1]
 
 
 # --------------------------------------------------------------------------- real pulls between folders
@@ -110,6 +116,14 @@ def _src(host, root, complete=False):
     return {"host": host, "address": "", "root": root, "complete": complete}
 
 
+def _batch(cmd):
+    """The files an rsync session of a pull moves (its --files-from list), or [] for a status read."""
+    arg = next((a for a in cmd if a.startswith("--files-from=")), None)
+    if arg is None:
+        return []
+    return [n.decode() for n in open(arg.split("=", 1)[1], "rb").read().split(b"\0") if n]
+
+
 def _files(root, lock, where="staging"):
     base = model_paths(root, REPO, COMMIT)[where]
     return {e["name"]: open(os.path.join(base, e["name"]), "rb").read() for e in lock["files"]}
@@ -131,23 +145,24 @@ def test_pull_from_the_origin_verifies_records_and_finalizes(tmp_path):
 
 
 def test_a_chain_is_pipelined_child_takes_files_from_its_parent_as_they_are_verified(tmp_path):
-    oroot, lock = _origin(tmp_path)
+    oroot, lock = _origin(tmp_path, sizes=(300_000, 5, 300_000, 1))
     aroot, broot = str(tmp_path / "a"), str(tmp_path / "b")
-    seen_by_b = []
-    slow = peer.run_rsync
+    begun_by_b, b_sessions, a_ended = [], [], []
 
-    a_ends = []
-
-    def a_rsync(cmd, timeout):  # the parent receives slowly, so the child must wait on its status
-        time.sleep(0.3)
-        r = slow(cmd, timeout)
-        a_ends.append(time.monotonic())
+    def a_rsync(cmd, timeout, **kw):  # the parent's link: 300 KB/s, so the child must wait on its status
+        r = peer.run_rsync([cmd[0], "--bwlimit=300", *cmd[1:]], timeout, **kw)
+        a_ended.append(time.monotonic())
         return r
 
-    def b_rsync(cmd, timeout):
-        if "status-" not in cmd[-1]:
-            seen_by_b.append((time.monotonic(), cmd[-2]))
-        return slow(cmd, timeout)
+    def b_rsync(cmd, timeout, on_line=None, **kw):
+        if on_line is None:  # a status read
+            return peer.run_rsync(cmd, timeout, **kw)
+        b_sessions.append(cmd[-2])
+
+        def line(text):
+            begun_by_b.append((time.monotonic(), text))
+            on_line(text)
+        return peer.run_rsync(cmd, timeout, on_line=line, **kw)
 
     out = {}
     ta = threading.Thread(target=lambda: out.setdefault("a", peer.pull(
@@ -157,53 +172,152 @@ def test_a_chain_is_pipelined_child_takes_files_from_its_parent_as_they_are_veri
                       poll_seconds=0.02, stall_seconds=5, rsync=b_rsync)
     ta.join()
     assert res_b["sources"] == ["a"], "the child took every file from its parent, none from the origin"
-    assert all(aroot in src for _t, src in seen_by_b)
+    assert b_sessions and all(aroot in src for src in b_sessions)
     assert _files(broot, lock) == _files(oroot, lock, "final")
-    # pipelined: the child started its first file before the parent had its last, in the lock's order
-    assert seen_by_b[0][0] < a_ends[-1]
-    assert [src.rsplit("/", 1)[-1] for _t, src in seen_by_b] == [e["name"].rsplit("/", 1)[-1] for e in lock["files"]]
+    # pipelined: the child began its first file before the parent had its last, and each file once
+    assert len(a_ended) == 1 and begun_by_b[0][0] < a_ended[0]
+    assert sorted(n for _t, n in begun_by_b if not n.endswith("/")) == sorted(e["name"] for e in lock["files"])
+
+
+def test_the_files_a_source_has_move_in_one_session(tmp_path):
+    """A session's start is several round trips (the SSH channel, rrsync, rsync's handshake); on a link whose
+    queue is full they cost a good part of a file's time, once per file when each file was its own session (the
+    first hop of a 64-shard model: 206 s against 164 s of link time at 25 Mbit/s). The origin's files move in one
+    session, and a parent's in one per status read that listed them."""
+    oroot, lock = _origin(tmp_path)
+    sessions = []
+
+    def rsync(cmd, timeout, **kw):
+        if _batch(cmd):
+            sessions.append(_batch(cmd))
+        return peer.run_rsync(cmd, timeout, **kw)
+
+    res = peer.pull(root=str(tmp_path / "a"), lock=lock, sources=[_src("o", oroot, True)], poll_seconds=0.02,
+                    rsync=rsync)
+    assert sessions == [[e["name"] for e in lock["files"]]] and res["dropped"] == []
+    proot = _peer_holding(tmp_path, oroot, lock, "p")
+    sessions.clear()
+    res = peer.pull(root=str(tmp_path / "c"), lock=lock, sources=[_src("p", proot), _src("o", oroot, True)],
+                    poll_seconds=0.02, rsync=rsync)
+    assert sessions == [[e["name"] for e in lock["files"]]] and res["sources"] == ["p"]
+    assert _files(str(tmp_path / "c"), lock) == _files(oroot, lock, "final")
+
+
+def _over_ssh(cmd, root):
+    """The local form of a pull's rsync command for a source reached over SSH (its `user@address:path` read from
+    `root`), and the SSH connection (ControlPath) it would have gone over."""
+    e = cmd.index("-e")
+    ssh = cmd[e + 1]
+    path = ssh.split("ControlPath=", 1)[1].split()[0]
+    remote = cmd[-2].split(":", 1)[1]
+    return [*cmd[:e], *cmd[e + 2:-2], os.path.join(root, remote), cmd[-1]], os.path.basename(path)
+
+
+def test_the_next_session_starts_beside_the_last_file_of_the_one_before(tmp_path):
+    """The link should not idle for a session's start between two sessions: when a session's last file is about to
+    be whole, the source's status is read again, and a session for what the source listed since starts beside it.
+    Not earlier: each read is a round trip and a process on the source, and two files moving at once each take
+    twice as long to be whole (and served onwards). Reads and the two sessions go over SSH connections of their own:
+    multiplexed over one, each waited behind the bulk data already in that connection's buffers."""
+    oroot, lock = _origin(tmp_path)
+    names = [e["name"] for e in lock["files"]]
+    first = names[0]  # 300 KB
+    proot = _peer_holding(tmp_path, oroot, lock, "p")
+    st_path = model_paths(proot, REPO, COMMIT)["status"]
+
+    def parent_lists(verified, at):
+        with open(st_path + ".tmp", "w") as f:
+            json.dump({"state": "receiving", "revision": COMMIT, "verified": verified, "updated_at": at}, f)
+        os.replace(st_path + ".tmp", st_path)
+
+    parent_lists([first], 1)
+    spans, reads = [], []  # (files, began, ended, connection); (when, connection)
+
+    def rsync(cmd, timeout, on_line=None, **kw):
+        cmd, conn = _over_ssh(cmd, proot)
+        if on_line is None:
+            reads.append((time.monotonic(), conn))
+            return peer.run_rsync(cmd, timeout, **kw)
+        files, t = _batch(cmd), time.monotonic()
+        if files == [first]:  # 4 s at 75 KB/s; the parent verifies the other files 0.5 s in
+            threading.Timer(0.5, parent_lists, (names, 2)).start()
+            cmd = [cmd[0], "--bwlimit=75", *cmd[1:]]
+        r = peer.run_rsync(cmd, timeout, on_line=on_line, **kw)
+        spans.append((files, t, time.monotonic(), conn))
+        return r
+
+    p = {"host": "p", "address": "10.0.0.2", "root": "/models", "ssh": {"control_dir": "/run/modelfleet-test"}}
+    res = peer.pull(root=str(tmp_path / "c"), lock=lock, sources=[p, _src("o", oroot, True)], poll_seconds=0.05,
+                    rsync=rsync)
+    assert res["sources"] == ["p"] and res["dropped"] == []
+    (a, a0, a1, ca), (b, b0, _b1, cb) = sorted(spans, key=lambda x: x[1])
+    assert a == [first] and sorted(b) == sorted(names[1:])
+    assert b0 < a1 - 0.3, "the next session began while the one before still moved its last file"
+    assert b0 > a0 + 2.0, "and not long before that file was whole"
+    assert not [t for t, _c in reads if a0 + 0.5 < t < a0 + 2.0], "no status read while the file was far from whole"
+    assert {c for _t, c in reads} == {"s-%C"} and ca != cb and {ca, cb} <= {"0-%C", "1-%C"}
+    assert _files(str(tmp_path / "c"), lock) == _files(oroot, lock, "final")
 
 
 def test_a_file_is_hashed_while_the_next_one_moves_and_served_onwards_as_soon_as_it_matched(tmp_path):
     """One hop moves files at the rate of the slower of its link and its hash, not of the two one after the other
-    (on a 100 GbE link sha256 at ~1.5 GB/s per core is as slow as rsync itself). The hash of a file must run beside
-    the next file's transfer, and the file be listed as verified (served onwards) when its hash matched, not when
-    the transfer beside it ends. Each wait below is bounded: code that hashes after the transfer, or that keeps a
-    hashed file until the next transfer ended, waits out the bound and fails the assertions."""
+    (on a 100 GbE link sha256 at ~1.5 GB/s per core is as slow as rsync itself). A file must be hashed, and listed
+    as verified (served onwards), while the file after it still moves in the same session: code that hashes after
+    the session, or that keeps a hashed file until the transfer after it ended, fails the assertions."""
     oroot, lock = _origin(tmp_path, sizes=(200_000, 150_000, 100_000))
     root = str(tmp_path / "a")
     status_path = model_paths(root, REPO, COMMIT)["status"]
-    names = [e["name"].rsplit("/", 1)[-1] for e in lock["files"]]  # in the lock's order (the pull's)
-    started = {n: threading.Event() for n in names}
-    overlapped, listed_while_moving = [], []
+    files_dir = os.path.join(model_paths(root, REPO, COMMIT)["staging"], ".cache", "peer", "files")
+    order = []  # the files in the order rsync began them
+    hashed_while_next_moved, listed, whole = [], {}, {}
+    sizes = {e["name"]: e["size"] for e in lock["files"]}
 
-    def rsync(cmd, timeout):
-        name = cmd[-1].rsplit("/", 1)[-1]
-        if name in started:
-            started[name].set()
-            i = names.index(name)
-            if i > 0:  # the file before is hashed beside this transfer, and listed before this transfer ends
-                t = time.monotonic()
-                while time.monotonic() - t < 10:
-                    with open(status_path) as f:
-                        if names[i - 1] in [v.rsplit("/", 1)[-1] for v in json.load(f)["verified"]]:
-                            listed_while_moving.append(names[i - 1])
-                            break
-                    time.sleep(0.01)
-        return peer.run_rsync(cmd, timeout)
+    def rsync(cmd, timeout, on_line=None, **kw):  # 200 KB/s: each file takes 0.5-1 s
+        if on_line is None:
+            return peer.run_rsync(cmd, timeout, **kw)
+
+        def line(text):
+            if text in sizes:  # not the folder sub/
+                order.append(text)
+            on_line(text)
+        return peer.run_rsync([cmd[0], "--bwlimit=200", *cmd[1:]], timeout, on_line=line, **kw)
 
     def digest(path, algo):
-        name = path.rsplit("/", 1)[-1]
-        i = names.index(name)
-        if i + 1 < len(names) and started[names[i + 1]].wait(10):
-            overlapped.append(name)
+        name = os.path.relpath(path, files_dir)
+        i = order.index(name)
+        if i + 1 < len(order) and order[i + 1] not in whole:
+            hashed_while_next_moved.append(name)
         return peer.file_digest(path, algo)
 
-    res = peer.pull(root=root, lock=lock, sources=[_src("o", oroot, True)], poll_seconds=0.02, rsync=rsync,
-                    digest=digest)
-    assert overlapped == names[:-1], "each file but the last was hashed while the next one moved"
-    assert listed_while_moving == names[:-1], "a matched file was served onwards before the next transfer ended"
-    assert res["dropped"] == [] and _files(root, lock) == _files(oroot, lock, "final")
+    done = threading.Event()
+
+    def watch():  # when each file is listed verified, and when each is whole (here or already in staging)
+        while not done.is_set():
+            t = time.monotonic()
+            try:
+                for v in json.load(open(status_path))["verified"]:
+                    listed.setdefault(v, t)
+            except (OSError, ValueError):
+                pass
+            for n, size in sizes.items():
+                p = os.path.join(files_dir, n)
+                if n not in whole and (n in listed or (os.path.exists(p) and os.path.getsize(p) == size)):
+                    whole[n] = t
+            time.sleep(0.005)
+
+    w = threading.Thread(target=watch)
+    w.start()
+    try:
+        res = peer.pull(root=root, lock=lock, sources=[_src("o", oroot, True)], poll_seconds=0.02, rsync=rsync,
+                        digest=digest)
+    finally:
+        done.set()
+        w.join()
+    assert order == sorted(sizes) and res["dropped"] == []
+    assert hashed_while_next_moved == order[:-1], "each file but the last was hashed while the next one moved"
+    assert all(listed[order[i]] < whole[order[i + 1]] for i in range(len(order) - 1)), \
+        "a matched file was served onwards before the file after it was whole"
+    assert _files(root, lock) == _files(oroot, lock, "final")
 
 
 def _peer_holding(tmp_path, oroot, lock, name, missing=()):
@@ -227,10 +341,10 @@ def _pull_counting_reads(root, lock, sources):
     """A pull with the real rsync; returns its result and the status reads it made."""
     reads = []
 
-    def rsync(cmd, timeout):
+    def rsync(cmd, timeout, **kw):
         if "status-" in cmd[-1]:
             reads.append(cmd[-1])
-        return peer.run_rsync(cmd, timeout)
+        return peer.run_rsync(cmd, timeout, **kw)
 
     return peer.pull(root=root, lock=lock, sources=sources, poll_seconds=0.02, rsync=rsync), reads
 
@@ -323,10 +437,10 @@ def test_a_host_that_refuses_ssh_is_dropped_after_three_reads_in_a_row(tmp_path)
             "root": "/models", "complete": False}
     reads = []
 
-    def counting(cmd, timeout):
+    def counting(cmd, timeout, **kw):
         if "status-" in cmd[-1]:
             reads.append(cmd[-1])
-        return peer.run_rsync(cmd, timeout)
+        return peer.run_rsync(cmd, timeout, **kw)
 
     res = peer.pull(root=str(tmp_path / "f"), lock=lock, sources=[gone, _src("o", oroot, True)],
                     poll_seconds=0.05, rsync=counting)
@@ -343,11 +457,11 @@ def test_one_lost_status_read_does_not_drop_a_good_parent(tmp_path):
     peer.pull(root=aroot, lock=lock, sources=[_src("o", oroot, True)], poll_seconds=0.02)
     failed = []
 
-    def flaky(cmd, timeout):
+    def flaky(cmd, timeout, **kw):
         if "status-" in cmd[-1] and len(failed) < peer.STATUS_TRIES - 1:
             failed.append(cmd[-1])
             return 255, "ssh: connect to host a port 22: Connection reset by peer"
-        return peer.run_rsync(cmd, timeout)
+        return peer.run_rsync(cmd, timeout, **kw)
 
     res = peer.pull(root=str(tmp_path / "b"), lock=lock, sources=[_src("a", aroot), _src("o", oroot, True)],
                     poll_seconds=0.02, rsync=flaky)
@@ -363,8 +477,8 @@ def test_a_parent_moving_one_file_for_longer_than_the_stall_time_is_progress_not
     aroot, broot = str(tmp_path / "a"), str(tmp_path / "b")
     out = {}
 
-    def slow_link(cmd, timeout):  # the parent's link: 1.2 MB at 500 KB/s, 2.4 s for its first file
-        return peer.run_rsync([cmd[0], "--bwlimit=500", *cmd[1:]], timeout)
+    def slow_link(cmd, timeout, **kw):  # the parent's link: 1.2 MB at 500 KB/s, 2.4 s for its first file
+        return peer.run_rsync([cmd[0], "--bwlimit=500", *cmd[1:]], timeout, **kw)
 
     ta = threading.Thread(target=lambda: out.setdefault("a", peer.pull(
         root=aroot, lock=lock, sources=[_src("o", oroot, True)], poll_seconds=0.1, rsync=slow_link)))
@@ -382,11 +496,11 @@ def test_a_parent_moving_one_file_for_longer_than_the_stall_time_is_progress_not
 
     hung = []
 
-    def hung_link(cmd, timeout):  # its first file: connected and started (the file is there), moving nothing for 3 s
-        if not hung:
-            hung.append(open(cmd[-1], "ab").close())
+    def hung_link(cmd, timeout, **kw):  # its first session: connected (the first file is there), nothing moves for 3 s
+        if not hung and _batch(cmd):
+            hung.append(open(os.path.join(cmd[-1], _batch(cmd)[0]), "ab").close())
             time.sleep(3.0)
-        return peer.run_rsync(cmd, timeout)
+        return peer.run_rsync(cmd, timeout, **kw)
 
     tc = threading.Thread(target=lambda: out.setdefault("c", peer.pull(
         root=croot, lock=lock, sources=[_src("o", oroot, True)], poll_seconds=0.1, rsync=hung_link)))
@@ -461,15 +575,62 @@ def test_a_killed_pull_resumes_keeping_verified_files_and_a_partial_one(tmp_path
     open(os.path.join(staging, ".cache", "peer", "files", big["name"]), "wb").write(data[: len(data) // 2])
     moved = []
 
-    def rsync(cmd, timeout):
-        moved.append(cmd[-2])
-        return peer.run_rsync(cmd, timeout)
+    def rsync(cmd, timeout, **kw):
+        moved.append(_batch(cmd))
+        return peer.run_rsync(cmd, timeout, **kw)
 
     res = peer.pull(root=root, lock=lock, sources=[_src("o", oroot, True)], rsync=rsync)
-    names = [m.rsplit("/", 1)[-1] for m in moved]
-    assert os.path.basename(first["name"]) not in names, "a verified file was fetched again"
+    assert moved[0] == [big["name"]], "the half-moved file is continued on its own (--append-verify)"
+    assert first["name"] not in sum(moved, []), "a verified file was fetched again"
     assert res["kept"] == 1 and res["bytes_moved"] == lock["total_bytes"] - first["size"]
     assert _files(root, lock) == _files(oroot, lock, "final")
+
+
+def _writers(path):
+    """PIDs of the processes whose command line names `path`."""
+    out = []
+    for d in os.listdir("/proc"):
+        try:
+            if d.isdigit() and path in open(f"/proc/{d}/cmdline", "rb").read().decode(errors="replace"):
+                out.append(int(d))
+        except OSError:
+            pass
+    return out
+
+
+def test_a_killed_pull_leaves_no_rsync_writing_behind_it(tmp_path):
+    """SIGKILL to the pull (the out-of-memory killer, `pkill -9`) ends its rsync too. A session left running would go
+    on writing its run of files into scratch while the rerun moves the same files: two writers on one file."""
+    oroot, lock = _origin(tmp_path, sizes=(400_000, 5, 400_000, 1))
+    json.dump(lock, open(tmp_path / "lock.json", "w"))
+    script = tmp_path / "pull.py"
+    script.write_text(
+        "import json, sys\n"
+        "from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import peer\n"
+        "def slow(cmd, timeout, **kw):\n"
+        "    return peer.run_rsync([cmd[0], '--bwlimit=50', *cmd[1:]], timeout, **kw)\n"
+        "peer.pull(root=sys.argv[2], lock=json.load(open(sys.argv[1])), rsync=slow,\n"
+        "          sources=[{'host': 'o', 'address': '', 'root': sys.argv[3], 'complete': True}])\n")
+    root = str(tmp_path / "a")
+    files_dir = os.path.join(model_paths(root, REPO, COMMIT)["staging"], ".cache", "peer", "files")
+    proc = subprocess.Popen([sys.executable, str(script), str(tmp_path / "lock.json"), root, oroot])
+    try:
+        t = time.monotonic()
+        moving = [os.path.join(files_dir, e["name"]) for e in lock["files"]]
+        while time.monotonic() - t < 30 and not any(os.path.isfile(m) and os.path.getsize(m) for m in moving):
+            time.sleep(0.05)
+        assert _writers(files_dir), "the pull's rsync was not moving"
+        proc.kill()
+        proc.wait()
+        t = time.monotonic()
+        while _writers(files_dir) and time.monotonic() - t < 5:
+            time.sleep(0.05)
+        left = _writers(files_dir)
+        assert not left, "an rsync went on writing after its pull was killed"
+    finally:
+        proc.kill()
+        for pid in _writers(files_dir):
+            os.kill(pid, 9)
 
 
 def test_finalize_refuses_a_file_changed_after_it_was_verified(tmp_path):

@@ -21,7 +21,9 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import shlex
+import shutil
 import subprocess
 import threading
 import time
@@ -98,16 +100,23 @@ def source_entries(names: list[str], reach: dict, user: str, origin: str) -> lis
 
 # --------------------------------------------------------------------------- transport
 def rsync_command(source: dict, rel: str, dest: str, *, key: str = "", known_hosts: str = "",
-                  control_dir: str = "", timeout: int = 60, append: bool = True) -> list[str]:
+                  control_dir: str = "", timeout: int = 60, append: bool = True, files_from: str = "",
+                  connection: str = "s") -> list[str]:
     """The rsync command that copies `rel` (relative to the source's models root) to `dest`. A source with an
     address is reached over SSH as source['user'] (its authorized key runs rrsync, read-only, confined to the
-    models root, so paths are relative to it); without one it is a local folder (source['root'])."""
+    models root, so paths are relative to it); without one it is a local folder (source['root']).
+    `files_from`: a file of NUL-separated names relative to the folder `rel`, all moved in this one session into
+    the folder `dest` (one line per file on stdout, `%n`, as rsync begins it). `connection`: which of the shared
+    SSH connections to the source it goes over (CONNECTIONS)."""
     args = ["rsync", "--times", f"--timeout={int(timeout)}"]
     if append:
         args.append("--append-verify")  # a partial file from a killed pull is continued, then checked whole
     else:  # a status: copied every time. rsync's quick check skips a file of the same size and the same second, so a
         # status rewritten in the second it was last read (a growing file's heartbeat) would read as unchanged
         args.append("--ignore-times")
+    if files_from:
+        args += ["--from0", f"--files-from={files_from}", "--out-format=%n"]
+        rel, dest = rel.rstrip("/") + "/", dest.rstrip("/") + "/"
     if not source.get("address"):
         return [*args, os.path.join(source["root"], rel), dest]
     ssh = ["ssh", "-p", str(int(source.get("port") or 22)), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
@@ -116,19 +125,133 @@ def rsync_command(source: dict, rel: str, dest: str, *, key: str = "", known_hos
         ssh += ["-i", key]
     if known_hosts:
         ssh += ["-o", f"UserKnownHostsFile={known_hosts}", "-o", "StrictHostKeyChecking=yes"]
-    if control_dir:  # one SSH connection per source for the many small status reads and the files
-        ssh += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/%C", "-o", "ControlPersist=60"]
+    if control_dir:  # shared SSH connections to each source for the many small status reads and the sessions
+        ssh += ["-o", "ControlMaster=auto", "-o", f"ControlPath={control_dir}/{connection}-%C", "-o",
+                "ControlPersist=60"]
     return [*args, "-e", shlex.join(ssh), f"{source.get('user') or 'modelfleet-peer'}@{source['address']}:{rel}",
             dest]
 
 
-def run_rsync(cmd: list[str], timeout: float) -> tuple[int, str]:
+def run_rsync(cmd: list[str], timeout: float, on_line=None, cancel: threading.Event | None = None) -> tuple[int, str]:
+    """Run rsync; (exit status, the tail of what it said). `on_line(text)` is called with each line rsync writes
+    on stdout as it comes; `cancel`, once set, ends rsync (SIGTERM: an in-place partial file stays)."""
+    if on_line is None and cancel is None:
+        try:
+            p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
+                               check=False)
+        except subprocess.TimeoutExpired:
+            return 124, f"rsync did not finish in {timeout:g} s"
+        return p.returncode, (p.stderr or p.stdout).strip()[-400:]
+    # rsync ends with the pull (SIGTERM when the thread that started it is gone, util-linux's setpriv): a session
+    # left running by a killed pull would go on writing its run of files while a rerun moves the same files
+    setpriv = shutil.which("setpriv")
+    argv = [setpriv, "--pdeathsig", "TERM", "--", *cmd] if setpriv else cmd
+    proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    err: list[bytes] = []
+    reader = threading.Thread(target=lambda: err.append(proc.stderr.read()), daemon=True)
+    reader.start()
+    deadline = time.monotonic() + timeout
+    fd, buf, why = proc.stdout.fileno(), b"", ""
     try:
-        p = subprocess.run(cmd, stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=timeout,
-                           check=False)
-    except subprocess.TimeoutExpired:
-        return 124, f"rsync did not finish in {timeout:g} s"
-    return p.returncode, (p.stderr or p.stdout).strip()[-400:]
+        while True:
+            if cancel is not None and cancel.is_set():
+                why = "ended by the pull"
+                break
+            if time.monotonic() > deadline:
+                why = f"rsync did not finish in {timeout:g} s"
+                break
+            if select.select([fd], [], [], 0.1)[0]:
+                chunk = os.read(fd, 65536)
+                if not chunk:
+                    break
+                *lines, buf = (buf + chunk).split(b"\n")
+                for line in lines:
+                    if on_line is not None:
+                        on_line(line.decode(errors="replace"))
+    finally:
+        if proc.poll() is None and why:
+            proc.terminate()
+        try:
+            rc = proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            rc = proc.wait()
+        reader.join()
+        proc.stdout.close()
+        proc.stderr.close()
+    if why.startswith("rsync did not"):
+        return 124, why
+    return rc, (why or b"".join(err).decode(errors="replace")).strip()[-400:]
+
+
+class _Session:
+    """One rsync session that moves a run of files from one source, in its own thread. `started` lists the
+    files in the order rsync began them (its `%n` lines). rsync's receiver takes one file at a time, so a file
+    is whole once the file begun after it exists here, or once the session ended well (`received`)."""
+
+    def __init__(self, src: dict, names: list[str], cmd: list[str], timeout: float, rsync, listed: bool,
+                 connection: str):
+        self.src, self.names, self.listed, self.connection = src, names, listed, connection
+        self.want = set(names)
+        self.started: list[str] = []
+        self.handed: set = set()  # files given to the hash
+        self._mark, self._near = None, False  # (file, when, its size then), and whether it was ending then
+        self.rc, self.err = None, ""
+        self.cancel, self.ended = threading.Event(), threading.Event()
+        self.thread = threading.Thread(target=self._run, args=(cmd, timeout, rsync), daemon=True)
+        self.thread.start()
+
+    def _line(self, text: str) -> None:
+        if text in self.want and text not in self.started:
+            self.started.append(text)
+
+    def _run(self, cmd, timeout, rsync) -> None:
+        try:
+            self.rc, self.err = rsync(cmd, timeout, on_line=self._line, cancel=self.cancel)
+        except Exception as e:  # noqa: BLE001 - any failure of the transport is this session's failure
+            self.rc, self.err = 1, f"{type(e).__name__}: {e}"
+        finally:
+            self.ended.set()
+
+    def on_last(self) -> bool:
+        return len(self.started) >= len(self.names)
+
+    def ending(self, path_of, size_of, lead: float) -> bool:
+        """On its last file, and that file whole within `lead` seconds at the rate it grew over the last second."""
+        if not self.on_last():
+            return False
+        name, now = self.started[-1], time.monotonic()
+        try:
+            n = os.path.getsize(path_of(name))
+        except OSError:
+            return False
+        if self._mark is None or self._mark[0] != name:
+            self._mark, self._near = (name, now, n), False
+        elif now - self._mark[1] >= 0.25:
+            rate = (n - self._mark[2]) / (now - self._mark[1])
+            self._near = rate > 0 and (size_of(name) - n) / rate <= lead
+            if now - self._mark[1] > 1.0:
+                self._mark = (name, now, n)
+        return self._near
+
+    def received(self, path_of) -> list[str]:
+        """The files now whole and not yet handed to the hash, in the order they arrived."""
+        ended_well = self.ended.is_set() and self.rc == 0
+        started = list(self.started)
+        out = []
+        if ended_well:
+            for x in [*started, *self.names]:
+                if x not in self.handed and x not in out and os.path.isfile(path_of(x)):
+                    out.append(x)
+        else:
+            for i in range(len(started) - 1):
+                if started[i] in self.handed:
+                    continue
+                if not os.path.lexists(path_of(started[i + 1])):
+                    break
+                out.append(started[i])
+        self.handed.update(out)
+        return out
 
 
 # --------------------------------------------------------------------------- records
@@ -212,20 +335,31 @@ def _source_status(src: dict, rel_status: str, scratch: str, rsync, timeout: flo
         return None
 
 
-# a socket path is at most 107 bytes: the folder, "/", %C (40 hex digits) and the 17 characters ssh adds while
-# it creates the socket
-MAX_CONTROL_DIR = 107 - 1 - 40 - 17
+# The shared SSH connections to a source (ControlMaster), by use: "s" for status reads, "0" and "1" for the sessions
+# (one beside the other while the first moves its last file). Multiplexed over one connection, a small read or a
+# new session's handshake waits behind the bulk data already in that connection's buffers (status reads took a
+# median of 2.5 s beside a transfer at 25 Mbit/s); on connections of their own, they wait only in the link's queue.
+CONNECTIONS = ("s", "0", "1")
+# seconds before a session's last file is whole at which the source's status is read and the next session begun:
+# about a status read and a session's start on a loaded link (0.3 s each at 25 Mbit/s in a chain of 8 on this
+# 2-core machine), so that the next file's bytes follow the last one's without the two sharing the link for long
+LEAD = 1.0
+# a socket path is at most 107 bytes: the folder, "/", the connection and "-", %C (40 hex digits) and the 17
+# characters ssh adds while it creates the socket
+MAX_CONTROL_DIR = 107 - 1 - 2 - 40 - 17
 
 
 def close_connections(sources: list[dict]) -> None:
-    """End the shared SSH connection to each source (ControlMaster): none outlives the pull."""
+    """End the shared SSH connections to each source (ControlMaster): none outlives the pull."""
     for src in sources:
         cdir = (src.get("ssh") or {}).get("control_dir")
         if not cdir or not src.get("address"):
             continue
-        subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath={cdir}/%C", "-p", str(int(src.get("port") or 22)),
-                        f"{src.get('user') or 'modelfleet-peer'}@{src['address']}"], stdin=subprocess.DEVNULL,
-                       capture_output=True, timeout=10, check=False)
+        dest = f"{src.get('user') or 'modelfleet-peer'}@{src['address']}"
+        port = str(int(src.get("port") or 22))
+        for c in CONNECTIONS:
+            subprocess.run(["ssh", "-O", "exit", "-o", f"ControlPath={cdir}/{c}-%C", "-p", port, dest],
+                           stdin=subprocess.DEVNULL, capture_output=True, timeout=10, check=False)
 
 
 def pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1.0,
@@ -246,11 +380,14 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
     order. Returns figures; raises PeerError when no source is left. Does not mark the model complete
     (`finalize_recorded` does, once every host's pull has ended: children may still read this staging).
 
-    A file is hashed while the next one moves (one hashing thread; at most one received file waits unverified):
-    each hop then moves files at the rate of the slower of its link and its hash, not of the two one after the
-    other. The hashing thread renames a good file into staging and lists it in the status at once, so children
-    do not wait for the transfer it overlapped; a bad one is removed there, and its source is dropped when the
-    transfer beside it has ended (`settle`)."""
+    The files a source has (all, for the origin; those its last read status lists, for a peer) move in one rsync
+    session: a session's start is several round trips (the SSH channel, rrsync, rsync's handshake), which on a
+    link whose queue is full cost a good part of a file's time when paid per file. While a session moves its last
+    file, the source's status is read again and the next session starts beside it, so the link does not idle
+    between sessions. Each file is hashed as soon as it is whole, while the next one moves (one hashing thread),
+    renamed into staging and listed in the status when it matched, so children do not wait for the session to
+    end; a bad one is removed there and its source dropped (its sessions ended). A file a killed pull left half
+    moved continues in a session of its own (`--append-verify`)."""
     if not sources:
         raise PeerError("no source to pull from: the plan gave this host none")
     for src in sources:
@@ -265,8 +402,10 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
     rel_staging = os.path.relpath(staging, root)
     rel_final = os.path.relpath(paths["final"], root)
     scratch = os.path.join(staging, ".cache", "peer")
-    os.makedirs(scratch, exist_ok=True)
+    files_dir = os.path.join(scratch, "files")
+    os.makedirs(files_dir, exist_ok=True)
     record = resume(staging, lock)
+    entries = {e["name"]: e for e in lock["files"]}
     total = sum(e["size"] for e in lock["files"])
     started = time.time()
     live = list(sources)
@@ -274,7 +413,12 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
     taken = {}  # file -> source host
     # record, taken, live, dropped and the status file are changed by this thread and by the hashing thread
     guard = threading.Lock()
-    moving = {"name": None}  # the file rsync is moving now (for the status the hashing thread writes)
+    moving = {"name": None}  # the file rsync began last (for the status the hashing thread writes)
+    sessions: list[_Session] = []
+    count = {"sessions": 0}
+
+    def tmp_of(name):
+        return os.path.join(files_dir, name)
 
     def status(state, **extra):  # with guard held
         done = sum(e["size"] for e in lock["files"] if e["name"] in record)
@@ -293,6 +437,9 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
             log(f"dropping source {host}: {reason}")
             dropped.append({"host": host, "reason": reason})
             live[:] = [s for s in live if s["host"] != host]
+        for sess in sessions:
+            if sess.src["host"] == host:
+                sess.cancel.set()
 
     def check(e, tmp, host):
         """In the hashing thread: keep the received file if it matches the lock, else remove it and return
@@ -316,37 +463,38 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
             status("receiving", **({"receiving": moving["name"]} if moving["name"] else {}))
         return None
 
-    moved = threading.Event()  # set when the transfer that heartbeat watches has ended
+    def begin(src, batch, listed_by_src):
+        """A session for `batch` (entries) from `src`."""
+        names = [e["name"] for e in batch]
+        count["sessions"] += 1
+        lst = os.path.join(scratch, f"files-{count['sessions'] % 4}.list")  # at most 2 run at once
+        with open(lst, "wb") as f:
+            f.write(b"".join(n.encode() + b"\0" for n in names))
+        rel_dir = rel_final if src.get("complete") else rel_staging
+        size = sum(e["size"] for e in batch)
+        used = {x.connection for x in sessions}
+        conn = next(c for c in CONNECTIONS[1:] if c not in used)  # not the one of the session it starts beside
+        cmd = rsync_command(src, rel_dir, files_dir, files_from=lst, connection=conn, **src.get("ssh", {}))
+        sessions.append(_Session(src, names, cmd, max(stall_seconds * 4, 3600.0 * size / 1e9 + stall_seconds),
+                                 rsync, listed_by_src, conn))
+        with guard:
+            moving["name"] = names[0]
+            status("receiving", receiving=names[0])
 
-    def heartbeat(name, tmp):
-        """While rsync moves `name` (into `tmp`, in place): the status again each poll interval in which the file
-        grew. A child times its source's progress by the status's updated_at: one file that takes longer than the
-        stall time to move (a 9 GB shard on a slow link) is progress, and a transfer that moves nothing is not."""
-        try:
-            last = os.path.getsize(tmp)
-        except OSError:
-            last = 0
-        while not moved.wait(poll_seconds):
-            try:
-                n = os.path.getsize(tmp)
-            except OSError:
-                continue
-            if n != last:
-                last = n
-                with guard:
-                    status("receiving", receiving=name, receiving_bytes=n)
+    hashing: dict = {}  # file -> the future of its check, in the order the files arrived
+    hasher = ThreadPoolExecutor(max_workers=1)
 
-    hashing = None  # (file, future) of the file being hashed
-
-    def settle():
-        """Wait for the file being hashed; drop its source if the copy was bad."""
-        nonlocal hashing
-        if hashing is not None:
-            _name, fut = hashing
-            hashing = None
-            bad = fut.result()
-            if bad is not None:
-                drop(*bad)
+    def hand_over():
+        """Received files to the hash; hash outcomes taken (a bad copy drops its source)."""
+        for sess in sessions:
+            for name in sess.received(tmp_of):
+                hashing[name] = hasher.submit(check, entries[name], tmp_of(name), sess.src["host"])
+        for name, fut in list(hashing.items()):
+            if fut.done():
+                del hashing[name]
+                bad = fut.result()
+                if bad is not None:
+                    drop(*bad)
 
     kept_bytes = sum(e["size"] for e in lock["files"] if e["name"] in record)
     with guard:
@@ -354,23 +502,61 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
     last_seen: dict = {}  # source host -> (its status's updated_at, when that value last changed here)
     unread: dict = {}  # source host -> failed status reads in a row
     listed: dict = {}  # source host -> the files its last read status listed as verified
-    hasher = ThreadPoolExecutor(max_workers=1)
+    read_at: dict = {}  # source host -> when its status was last read (monotonic)
+    gone: dict = {}  # source host -> files it listed but could not serve once (read again before it is dropped)
+    beat: dict = {}  # file -> its size at the last heartbeat
+    next_beat = time.monotonic() + poll_seconds
+    tick = min(0.05, poll_seconds)
     try:
         while True:
-            if hashing is not None and hashing[1].done():
-                settle()
-            e = next((x for x in lock["files"] if x["name"] not in record
-                      and (hashing is None or x["name"] != hashing[0])), None)
-            if e is None:  # every file is kept, or the last one is being hashed
-                if hashing is None:
-                    break
-                settle()
-                continue
-            name = e["name"]
-            if not live:
-                if hashing is not None:  # its outcome first: it is kept, or it is the file that has no source
-                    settle()
+            hand_over()
+            for sess in [x for x in sessions if x.ended.is_set()]:
+                hand_over()  # what it received before it ended
+                sessions.remove(sess)
+                host = sess.src["host"]
+                left = [x for x in sess.names if x not in sess.handed]
+                if sess.cancel.is_set() or not left:
                     continue
+                if sess.rc == 0:
+                    drop(host, f"rsync ended without moving {left[0]}")
+                    continue
+                absent = [x for x in left if not os.path.lexists(tmp_of(x))]
+                if sess.listed and sess.rc == RSYNC_PARTIAL and absent and not set(absent) & gone.get(host, set()):
+                    # gone since the read that listed it: read again, then decide
+                    gone.setdefault(host, set()).update(absent)
+                    listed.pop(host, None)
+                    continue
+                failed = absent[0] if sess.rc == RSYNC_PARTIAL and absent else \
+                    (sess.started[-1] if sess.started else left[0])
+                drop(host, f"rsync of {failed} failed (exit {sess.rc}: {sess.err})")
+            busy = set(hashing) | {x for sess in sessions for x in sess.names if x not in sess.handed}
+            remaining = [e for e in lock["files"] if e["name"] not in record and e["name"] not in busy]
+            if not remaining and not sessions and not hashing:
+                break
+            now = time.monotonic()
+            # heartbeat: the status again each poll interval in which a moving file grew. A child times its source's
+            # progress by the status's updated_at: one file that takes longer than the stall time to move (a 9 GB
+            # shard on a slow link) is progress, and a transfer that moves nothing is not
+            if now >= next_beat:
+                next_beat = now + poll_seconds
+                for sess in sessions:
+                    name = sess.started[-1] if sess.started else None
+                    if name is None or name in sess.handed:
+                        continue
+                    try:
+                        n = os.path.getsize(tmp_of(name))
+                    except OSError:
+                        continue
+                    if beat.get(name) != n:
+                        beat[name] = n
+                        with guard:
+                            moving["name"] = name
+                            status("receiving", receiving=name, receiving_bytes=n)
+            if not live:
+                if sessions or hashing:  # their outcome first: kept, or the files that have no source
+                    time.sleep(tick)
+                    continue
+                name = remaining[0]["name"]
                 why = "; ".join(f"{x['host']}: {x['reason']}" for x in dropped) or "none given"
                 with guard:
                     status("failed", reason=f"no source left for {name}")
@@ -378,70 +564,68 @@ def _pull(*, root: str, lock: dict, sources: list[dict], poll_seconds: float = 1
                                 f"({why}); files verified so far are kept in {staging} - fix or drop the "
                                 "failed host, then rerun")
             src = live[0]
-            # a peer that listed this file as verified at its last read is not read again before it is taken: a
-            # child behind its parent reads the status once for all the files the parent is ahead by, not once per
-            # file (the read is a round trip before each transfer, and the parent does no such read of the origin)
-            cached = name in listed.get(src["host"], ())
+            host = src["host"]
+            # a new session starts when none runs, or beside one of the same source whose last file is about to be
+            # whole (LEAD): its status is read then, and the new session's start overlaps the end of that file
+            room = not sessions or (len(sessions) == 1 and sessions[0].src is src
+                                    and sessions[0].ending(tmp_of, lambda x: entries[x]["size"], LEAD))
+            if not remaining or not room:
+                time.sleep(tick)
+                continue
+            has = None if src.get("complete") else listed.get(host, set())
+            avail = [e for e in remaining if has is None or e["name"] in has]
+            if avail:
+                # a peer that listed these files at its last read is not read again before they are taken: a
+                # child behind its parent reads the status once for all the files the parent is ahead by
+                last_seen.pop(host, None)  # a stall is timed from the next read, not from before these files
+                if os.path.lexists(tmp_of(avail[0]["name"])):
+                    batch = avail[:1]  # half moved by a killed pull: continued on its own (--append-verify)
+                else:
+                    batch = []
+                    for e in avail:
+                        if os.path.lexists(tmp_of(e["name"])):
+                            break
+                        batch.append(e)
+                begin(src, batch, has is not None)
+                continue
+            if now - read_at.get(host, -1e18) < poll_seconds:
+                time.sleep(tick)
+                continue
+            read_at[host] = now
+            st = _source_status(src, rel_status, scratch, rsync, stall_seconds)
+            now = time.monotonic()
             reason = None
-            if cached:
-                last_seen.pop(src["host"], None)  # a stall is timed from the next read, not from before these files
-            else:
-                st = _source_status(src, rel_status, scratch, rsync, stall_seconds)
-                now = time.monotonic()
-                if st is None:
-                    unread[src["host"]] = unread.get(src["host"], 0) + 1
-                    if unread[src["host"]] < STATUS_TRIES:
-                        time.sleep(poll_seconds)
-                        continue
+            if st is None:
+                unread[host] = unread.get(host, 0) + 1
+                if unread[host] >= STATUS_TRIES:
                     reason = (f"its status could not be read {STATUS_TRIES} times in a row (host down, or its SSH "
                               "access refused)")
-                elif st.get("state") == "failed" or (st.get("revision") not in (None, lock["revision"])):
-                    reason = f"it reported {st.get('state')!r} ({st.get('reason', 'another revision')})"
-                else:
-                    unread.pop(src["host"], None)
-                    listed[src["host"]] = set(st.get("verified") or [])
-                if reason is None and not src.get("complete") and name not in listed[src["host"]]:
+            elif st.get("state") == "failed" or (st.get("revision") not in (None, lock["revision"])):
+                reason = f"it reported {st.get('state')!r} ({st.get('reason', 'another revision')})"
+            else:
+                unread.pop(host, None)
+                listed[host] = set(st.get("verified") or [])
+                if sessions:  # the stall clock runs only while nothing moves from this source
+                    last_seen.pop(host, None)
+                elif not any(e["name"] in listed[host] for e in remaining):
                     stamp = st.get("updated_at")
-                    prev = last_seen.get(src["host"])
+                    prev = last_seen.get(host)
                     if prev is None or prev[0] != stamp:
-                        last_seen[src["host"]] = (stamp, now)
+                        last_seen[host] = (stamp, now)
                     elif now - prev[1] > stall_seconds:
                         reason = (f"its own pull had not started after {stall_seconds:g} s (no status there)"
                                   if st.get("state") == "pending" else
                                   f"it made no progress for {stall_seconds:g} s")
                     if reason is None:
                         with guard:
-                            status("receiving", waiting_for=name)
-                        time.sleep(poll_seconds)
-                        continue
-            if reason is None:
-                rel_dir = rel_final if src.get("complete") else rel_staging
-                tmp = os.path.join(scratch, "files", name)
-                os.makedirs(os.path.dirname(tmp), exist_ok=True)
-                with guard:
-                    moving["name"] = name
-                    status("receiving", receiving=name)
-                beat = threading.Thread(target=heartbeat, args=(name, tmp), daemon=True)
-                beat.start()
-                try:
-                    rc, err = rsync(rsync_command(src, f"{rel_dir}/{name}", tmp, **src.get("ssh", {})),
-                                    max(stall_seconds * 4, 3600.0 * e["size"] / 1e9 + stall_seconds))
-                finally:
-                    moved.set()
-                    beat.join()
-                    moved.clear()
-                with guard:
-                    moving["name"] = None
-                settle()  # the file before this one, hashed while this one moved
-                if rc == 0:
-                    hashing = (name, hasher.submit(check, e, tmp, src["host"]))
-                    continue
-                if cached and rc == RSYNC_PARTIAL:  # gone since the read that listed it: read again, then decide
-                    listed.pop(src["host"], None)
-                    continue
-                reason = f"rsync of {name} failed (exit {rc}: {err})"
-            drop(src["host"], reason)
+                            status("receiving", waiting_for=remaining[0]["name"])
+            if reason is not None:
+                drop(host, reason)
     finally:
+        for sess in sessions:
+            sess.cancel.set()
+        for sess in sessions:
+            sess.thread.join()
         hasher.shutdown(wait=True)
     with guard:
         status("received", sources=sorted(set(taken.values())))
