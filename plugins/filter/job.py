@@ -23,8 +23,9 @@ START_GRACE = 60.0
 
 
 def job_failure(result, what, rerun=RERUN):
-    """`result`: async_status's result for a finished job that did not give its figures; `what`: who failed (the
-    task's subject, e.g. "hf_fetch on gpu-1"). Returns one line for ansible.builtin.fail."""
+    """`result`: async_status's result (or fetch_watch's `job`, the same) for a finished job that did not give its
+    figures; `what`: who failed (the task's subject, e.g. "hf_fetch on gpu-1"). Returns one line for
+    ansible.builtin.fail."""
     if not isinstance(result, dict):
         raise AnsibleFilterError("job_failure: give it the async_status result of the finished job")
     # the async wrapper's result when the module answered no JSON (ansible/modules/async_wrapper.py _run_module):

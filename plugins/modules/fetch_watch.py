@@ -13,12 +13,12 @@ description:
     the C(status) and C(flock) paths of lookup C(modelfleet.fleet.model_paths)). The lock is held by a hub download,
     a peer pull or a re-verification for as long as it writes, and the kernel frees it when that process ends,
     however it ends.
-  - The hf_fetch role's watch calls it once per poll, with async_status, while the job has not finished (one module
-    instead of a wait, a read and a probe; each module Ansible sends is about 180 KB, per host and per poll). A job
-    whose writer is gone (killed with Ansible's async wrapper, by the out-of-memory killer, or a host restart) never
-    finishes; filter C(modelfleet.fleet.job_watch) tells it from this module's answers. Called once before the job
-    starts (O(wait_seconds=0)), its C(now) tells whether a writer took the lock since (C(taken_at)), even one the
-    watch never saw.
+  - The hf_fetch role's watch calls it once per poll while the job has not finished, with O(job_file), the one
+    module per poll instead of a wait, a read, a probe and async_status (each module Ansible sends is about 180
+    KB, per host and per poll). A job whose writer is gone (killed with Ansible's async wrapper, by the
+    out-of-memory killer, or a host restart) never finishes; filter C(modelfleet.fleet.job_watch) tells it from
+    this module's answers. Called once before the job starts (O(wait_seconds=0)), its C(now) tells whether a
+    writer took the lock since (C(taken_at)), even one the watch never saw.
   - Read-only. Never creates a file; it holds the lock only for the instant of the probe, which a writer that
     starts in that instant waits out.
 version_added: "0.1.0"
@@ -32,6 +32,11 @@ options:
     type: list
     elements: str
     default: [complete, received, failed]
+  job_file:
+    description:
+      - The async job's results file (C(results_file) of the task started with C(async)). Given, the wait ends when
+        the job has finished (rather than on O(until)), and C(job) says what ansible.builtin.async_status would.
+    type: path
 attributes:
   platform:
     platforms: posix
@@ -48,6 +53,7 @@ EXAMPLES = r"""
     flock: "{{ paths.flock }}"
     wait_seconds: 10
     until: [complete, failed]
+    job_file: "{{ job.results_file }}"
   register: look
 """
 
@@ -61,6 +67,12 @@ holder: {description: "What the holder wrote in the lock file (its pid), or null
 taken_at: {description: "When a writer last took the lock (it writes its pid into the file then), in seconds since
            the epoch by this host's clock; null when there is no such file.", returned: always, type: float}
 now: {description: "This host's clock after the look, in seconds since the epoch.", returned: always, type: float}
+job:
+  description:
+    - What ansible.builtin.async_status says of the job (C(finished); once finished, the module's answer), or a
+      failure naming the results file when there is none.
+  returned: when O(job_file) is given
+  type: dict
 """
 
 from ansible.module_utils.basic import AnsibleModule
@@ -74,15 +86,18 @@ def main():
             "flock": {"type": "path", "required": True},
             "wait_seconds": {"type": "float", "default": 0},
             "until": {"type": "list", "elements": "str", "default": ["complete", "received", "failed"]},
+            "job_file": {"type": "path"},
         },
         supports_check_mode=True,
     )
     p = module.params
     try:
-        res = look(p["status"], p["flock"], p["wait_seconds"], p["until"])
+        res = look(p["status"], p["flock"], p["wait_seconds"], p["until"], job_file=p["job_file"] or "")
     except OSError as e:
         module.fail_json(msg=f"{p['flock']}: cannot probe the model's write lock ({e.strerror}); check that the "
                              "models root is mounted and readable")
+    for w in (res.get("job") or {}).get("warnings") or []:  # what async_status would show: the job's own warnings
+        module.warn(str(w))
     module.exit_json(changed=False, **res)
 
 

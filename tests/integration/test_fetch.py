@@ -245,7 +245,7 @@ ROLE_PLAY = """
 
 
 def test_the_role_fails_with_the_downloads_own_reason(slow_hub, tmp_path):
-    """The role watches the detached download with async_status; when the download fails, the play fails with
+    """The role watches the detached download (fetch_watch reads its job); when the download fails, the play fails with
     the download's own message (a failed_when on the watch once hid it: the play went on to a vaguer error)."""
     hub = slow_hub
     hub.extra["stall_file"].write_text("")

@@ -65,3 +65,74 @@ def test_the_look_names_a_live_writer_and_when_it_took_the_lock(tmp_path):
         child.wait(timeout=30)
     out = look(st, lk, 0, ["complete"])
     assert not out["held"] and out["taken_at"] is not None
+
+
+# --------------------------------------------------------------------------- the job (what async_status would say)
+def _async_status(job_path: str) -> dict:
+    """The real ansible.builtin.async_status module's answer for the job file at `job_path`."""
+    import subprocess
+    import sys
+
+    args = os.path.join(os.path.dirname(job_path), "args.json")
+    with open(args, "w") as f:
+        json.dump({"ANSIBLE_MODULE_ARGS": {"jid": os.path.basename(job_path),
+                                           "_async_dir": os.path.dirname(job_path)}}, f)
+    out = subprocess.run([sys.executable, "-m", "ansible.modules.async_status", args], capture_output=True, text=True,
+                         check=False)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def test_the_job_reads_as_async_status_reads_it(tmp_path, monkeypatch):
+    """One module per poll replaces fetch_watch + async_status: the job it reports must be what async_status said,
+    for each state the async wrapper leaves its results file in (checked against the real async_status)."""
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch_watch import read_job
+
+    from tests.unit.test_job_failure import _job_result
+
+    def wrapped(sub, answer):  # the results file the async wrapper writes for a module that does `answer`
+        os.makedirs(tmp_path / sub)
+        return json.dumps(_job_result(tmp_path / sub, monkeypatch, f"#!/bin/sh\n{answer}\n"))
+
+    job = str(tmp_path / "1.1")
+    states = {
+        "the wrapper's start record": json.dumps({"started": 1, "finished": 0, "ansible_job_id": "1.1"}),
+        "nothing written yet": "",
+        "a module that answered": wrapped("a", "echo '{\"pull\": {\"kept\": 3}}'"),
+        "a module that failed": wrapped("b", "echo '{\"failed\": true, \"msg\": \"no source\"}'"),
+        "a killed module": wrapped("c", "kill -9 $$"),
+    }
+    for what, text in states.items():
+        with open(job, "w") as f:
+            f.write(text)
+        ours, theirs = read_job(job), _async_status(job)
+        for k in ("finished", "failed", "msg", "pull", "cmd", "data"):
+            assert ours.get(k) == theirs.get(k), (what, k, ours, theirs)
+        assert ours["started"] is True  # async_status's action plugin says started in status mode, whatever the file
+    os.unlink(job)
+    ours, theirs = read_job(job), _async_status(job)
+    assert ours["failed"] and theirs["failed"] and ours["finished"] and theirs["finished"]
+    assert "could not find job" in ours["msg"] and "could not find job" in theirs["msg"]
+
+
+def test_with_a_job_the_look_waits_for_the_job_to_finish_not_for_the_status(tmp_path):
+    """A pull writes its last status before it answers: the look returns once the job's answer is there (so the
+    same poll reports the figures), and no later than the interval while the job runs."""
+    st, lk, job = str(tmp_path / "m.json"), str(tmp_path / "m.flock"), str(tmp_path / "1.1")
+    _write(st, "receiving")
+    with open(job, "w") as f:
+        json.dump({"started": 1, "finished": 0}, f)
+    t = time.monotonic()
+    out = look(st, lk, 0.3, ["received", "failed"], interval=0.05, job_file=job)
+    assert not out["job"]["finished"] and 0.3 <= time.monotonic() - t < 3
+
+    def answer():
+        with open(job + ".tmp", "w") as f:
+            json.dump({"changed": True, "pull": {"kept": 0}}, f)
+        os.replace(job + ".tmp", job)
+
+    threading.Timer(0.2, _write, (st, "received")).start()
+    threading.Timer(0.6, answer).start()
+    t = time.monotonic()
+    out = look(st, lk, 5.0, ["received", "failed"], interval=0.05, job_file=job)
+    assert out["job"]["finished"] and out["job"]["pull"] == {"kept": 0} and out["ended"]
+    assert 0.5 <= time.monotonic() - t < 3

@@ -1,7 +1,8 @@
 """One look of a role's watch at a detached fetch (a hub download or a peer pull): its status file, waited on
-until it says the fetch ended or the poll interval is up, and whether a process still holds the model's write
-lock. One module call per poll instead of three (wait, read, probe): every module Ansible sends is ~180 KB, and
-the watch sends them per host per poll for as long as the transfer takes (docs/fetch.md)."""
+until it says the fetch ended or the poll interval is up, whether a process still holds the model's write lock,
+and what Ansible's async job says (the results file the async wrapper writes: what async_status reads). One
+module call per poll instead of four (wait, read, probe, async_status): every module Ansible sends is ~180 KB,
+and the watch sends them per host per poll for as long as the transfer takes (docs/fetch.md)."""
 
 from __future__ import annotations
 
@@ -24,17 +25,52 @@ def read_status(path: str) -> dict:
     return st if isinstance(st, dict) else {}
 
 
+def read_job(path: str) -> dict:
+    """What async_status says of the async job whose results file is `path` (ansible.builtin.async_status, the
+    same rules): the module's answer with finished true once the job ended; {started, finished: false} while the
+    file holds the wrapper's start record, or nothing parsable yet (the wrapper replaces it whole); a failure
+    naming the file when there is none."""
+    try:
+        with open(path) as f:
+            text = f.read()
+    except FileNotFoundError:
+        return {"failed": True, "started": True, "finished": True, "results_file": path,
+                "msg": f"could not find job: no results file {path} (removed, or the job ran as another user)"}
+    try:
+        data = json.loads(text)
+    except ValueError:
+        data = None
+    if not isinstance(data, dict):
+        return {"started": True, "finished": False, "results_file": path}
+    if "started" not in data:
+        data["finished"] = True
+    elif "finished" not in data:
+        data["finished"] = False
+    data["started"], data["finished"] = bool(data.get("started", True)), bool(data["finished"])
+    return data
+
+
 def look(status_path: str, lock_path: str, wait_seconds: float, until: list[str], interval: float = 0.5,
-         clock=time.monotonic, sleep=time.sleep) -> dict:
-    """Wait up to `wait_seconds` for the status's state to be one of `until`, then probe the lock. Returns
-    {status, ended (the state is one of until), held, holder, taken_at (the lock file's mtime: when a writer last
-    took it), now (this host's clock)}."""
-    status, waited, ended = poll_until(lambda: read_status(status_path), lambda s: s.get("state") in until,
-                                       wait_seconds, interval, clock, sleep)
+         clock=time.monotonic, sleep=time.sleep, job_file: str = "") -> dict:
+    """Wait up to `wait_seconds` for the status's state to be one of `until` (with `job_file`: for the job to have
+    finished), then probe the lock. Returns {status, ended (the state is one of until), held, holder, taken_at (the
+    lock file's mtime: when a writer last took it), now (this host's clock)}, and `job` (read_job) with
+    `job_file`. The job is what ends the wait then: a pull writes its last status before it returns its answer."""
+    if job_file:
+        job, waited, _done = poll_until(lambda: read_job(job_file), lambda j: j["finished"], wait_seconds,
+                                        interval, clock, sleep)
+        status = read_status(status_path)
+        ended = status.get("state") in until
+    else:
+        status, waited, ended = poll_until(lambda: read_status(status_path), lambda s: s.get("state") in until,
+                                           wait_seconds, interval, clock, sleep)
     who = holder(lock_path)
     try:
         taken_at = os.stat(lock_path).st_mtime
     except FileNotFoundError:
         taken_at = None
-    return {"status": status, "ended": ended, "waited_seconds": waited, "held": who is not None, "holder": who,
-            "taken_at": taken_at, "now": time.time()}
+    out = {"status": status, "ended": ended, "waited_seconds": waited, "held": who is not None, "holder": who,
+           "taken_at": taken_at, "now": time.time()}
+    if job_file:
+        out["job"] = job
+    return out
