@@ -17,6 +17,7 @@ import argparse
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -288,6 +289,8 @@ def main() -> int:
         srv.stop()
         if not a.keep:
             subprocess.run([str(ROOT / "scripts" / "netfleet.sh"), "down"], check=False)
+            if sys.exc_info()[0] is None:  # its model and relays (GBs); a failed run keeps them and its plays' logs
+                shutil.rmtree(work, ignore_errors=True)
     if a.json:
         Path(a.json).write_text(json.dumps({"rate_mbit": a.rate_mbit, "model_bytes": total, "one_copy_s": one_copy,
                                             "results": results}, indent=1))
