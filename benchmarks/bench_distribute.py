@@ -274,12 +274,15 @@ def main() -> int:
                     raise SystemExit(f"{mode} to {n} hosts failed (the whole play: {log})")
                 check = check_hashes(hosts[1:], lock)
                 # peer: the last receiver's own pull time (its report line), without the play's set-up steps
-                pulls = [float(x) for x in re.findall(PULL_LINE, " ".join(p.stdout.split()))]
+                by_host = dict(re.findall(r"\[([^\]]+)\] => [^\[]*?" + PULL_LINE, " ".join(p.stdout.split())))
+                pulls = [float(by_host[h]) for h, _addr in hosts[1:] if h in by_host]  # in the chain's order
                 r = {"mode": mode, "hosts": n, "seconds": wall, "over_one_copy": wall / one_copy,
                      "controller_tx": tx1 - tx0, "controller_rx": rx1 - rx0, "check": check,
-                     "slowest_pull_s": max(pulls) if pulls else None}
+                     "slowest_pull_s": max(pulls) if pulls else None, "pull_s": pulls}
                 results.append(r)
                 extra = f" (slowest pull {max(pulls):.1f} s = {max(pulls) / one_copy:4.2f} x)" if pulls else ""
+                if len(pulls) > 1:  # each receiver's own pull, first hop first: what each hop adds
+                    extra += " (pulls " + " / ".join(f"{x:.1f}" for x in pulls) + " s)"
                 print(f"  N={n:<2} {mode:<10} {wall:7.1f} s = {wall / one_copy:5.2f} x one copy{extra}; controller "
                       f"link carried {(tx1 - tx0 + rx1 - rx0) / 1e6:8.1f} MB, {(tx1 - tx0) / 1e6:.1f} MB of it sent "
                       f"({100 * (tx1 - tx0 + rx1 - rx0) / total:6.2f}% of the model); {check}", flush=True)

@@ -26,7 +26,22 @@ author: modelfleet developers (@modelfleet)
 options:
   status: {description: The fetch's status file., type: path, required: true}
   flock: {description: The model's write-lock file., type: path, required: true}
-  wait_seconds: {description: "How long to wait for a state in O(until); 0 looks once.", type: float, default: 0}
+  wait_seconds:
+    description:
+      - How long to wait for a state in O(until); 0 looks once. With O(wait_max_seconds) and O(since), the shortest
+        wait.
+    type: float
+    default: 0
+  wait_max_seconds:
+    description:
+      - With O(since), the wait grows with the time the fetch has run - half of it, from O(wait_seconds) up to this
+        (a long transfer's watch sends fewer modules). 0, or not above O(wait_seconds), waits O(wait_seconds).
+    type: float
+    default: 0
+  since:
+    description: When the fetch started, in seconds since the epoch by this host's clock (the C(now) of a look before
+      the job started).
+    type: float
   until:
     description: The states that end the wait (a fetch's end, as its status file says it).
     type: list
@@ -52,6 +67,8 @@ EXAMPLES = r"""
     status: "{{ paths.status }}"
     flock: "{{ paths.flock }}"
     wait_seconds: 10
+    wait_max_seconds: 60
+    since: "{{ before.now }}"
     until: [complete, failed]
     job_file: "{{ job.results_file }}"
   register: look
@@ -61,6 +78,8 @@ RETURN = r"""
 status: {description: "The status file's content ({} when there is none yet).", returned: always, type: dict}
 ended: {description: "The status's state is one of O(until).", returned: always, type: bool}
 waited_seconds: {description: How long it waited., returned: always, type: float}
+wait_seconds: {description: "How long it would have waited at most (O(wait_seconds), grown with O(since)).",
+               returned: always, type: float}
 held: {description: A process holds the model's write lock now., returned: always, type: bool}
 holder: {description: "What the holder wrote in the lock file (its pid), or null when none holds it.",
          returned: always, type: str}
@@ -75,8 +94,10 @@ job:
   type: dict
 """
 
+import time
+
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch_watch import look
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch_watch import grown_wait, look
 
 
 def main():
@@ -85,20 +106,25 @@ def main():
             "status": {"type": "path", "required": True},
             "flock": {"type": "path", "required": True},
             "wait_seconds": {"type": "float", "default": 0},
+            "wait_max_seconds": {"type": "float", "default": 0},
+            "since": {"type": "float"},
             "until": {"type": "list", "elements": "str", "default": ["complete", "received", "failed"]},
             "job_file": {"type": "path"},
         },
         supports_check_mode=True,
     )
     p = module.params
+    wait = p["wait_seconds"]
+    if p["since"] is not None:
+        wait = grown_wait(wait, p["wait_max_seconds"], time.time() - p["since"])
     try:
-        res = look(p["status"], p["flock"], p["wait_seconds"], p["until"], job_file=p["job_file"] or "")
+        res = look(p["status"], p["flock"], wait, p["until"], job_file=p["job_file"] or "")
     except OSError as e:
         module.fail_json(msg=f"{p['flock']}: cannot probe the model's write lock ({e.strerror}); check that the "
                              "models root is mounted and readable")
     for w in (res.get("job") or {}).get("warnings") or []:  # what async_status would show: the job's own warnings
         module.warn(str(w))
-    module.exit_json(changed=False, **res)
+    module.exit_json(changed=False, wait_seconds=wait, **res)
 
 
 if __name__ == "__main__":

@@ -82,6 +82,19 @@ def _async_status(job_path: str) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def _run_module(name: str, module_args: dict, tmp) -> dict:
+    """This collection's module `name` run as Ansible runs it (python -m, its arguments in a file): its answer."""
+    import subprocess
+    import sys
+
+    args = os.path.join(tmp, f"{name}-args.json")
+    with open(args, "w") as f:
+        json.dump({"ANSIBLE_MODULE_ARGS": module_args}, f)
+    out = subprocess.run([sys.executable, "-m", f"ansible_collections.modelfleet.fleet.plugins.modules.{name}", args],
+                         capture_output=True, text=True, check=False)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def test_the_job_reads_as_async_status_reads_it(tmp_path, monkeypatch):
     """One module per poll replaces fetch_watch + async_status: the job it reports must be what async_status said,
     for each state the async wrapper leaves its results file in (checked against the real async_status)."""
@@ -136,3 +149,41 @@ def test_with_a_job_the_look_waits_for_the_job_to_finish_not_for_the_status(tmp_
     out = look(st, lk, 5.0, ["received", "failed"], interval=0.05, job_file=job)
     assert out["job"]["finished"] and out["job"]["pull"] == {"kept": 0} and out["ended"]
     assert 0.5 <= time.monotonic() - t < 3
+
+
+# --------------------------------------------------------------------------- how long each look waits
+def test_the_waits_grow_with_the_fetchs_time_so_a_long_transfer_sends_few_modules():
+    """Each look is a module sent to each host (~180 KB over the controller's link) and a process there: the waits
+    start at the first interval, then grow to half the time the fetch has run, up to the longest."""
+    from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch_watch import grown_wait
+
+    assert grown_wait(10, 60, 0) == 10 and grown_wait(10, 60, 19) == 10, "a young fetch is looked at often"
+    assert grown_wait(10, 60, 50) == 25 and grown_wait(10, 60, 119) == 59.5
+    assert grown_wait(10, 60, 4 * 3600) == 60, "never longer than the longest"
+    assert grown_wait(10, 10, 4 * 3600) == 10 and grown_wait(10, 0, 4 * 3600) == 10, "no longest above: fixed"
+
+    def looks(seconds, first, most):  # the looks of a watch over a transfer of `seconds`
+        t = n = 0
+        while t < seconds:
+            t += grown_wait(first, most, t)
+            n += 1
+        return n
+
+    assert looks(240, 10, 60) == 9 and looks(240, 10, 10) == 24, "4 minutes: 10, 10, 10, 15, 22, 34, 51, 60, 60 s"
+    assert looks(4 * 3600, 10, 60) == 245 and looks(4 * 3600, 10, 10) == 1440, "4 hours: a sixth of the modules"
+    assert looks(240, 2, 60) == 13 and looks(30, 2, 60) == 7, "a short first interval stays short while young"
+
+
+def test_the_module_grows_its_wait_from_when_the_fetch_started(tmp_path):
+    """The module shell: with `since` (the host's clock when the job started) the wait is grown; without, it is
+    wait_seconds - run as Ansible runs it, the arguments in a file."""
+    st, lk = str(tmp_path / "m.json"), str(tmp_path / "m.flock")
+    _write(st, "downloading")
+    now = time.time()
+    for since, want in ((now - 1000, 0.6), (now + 60, 0.2), (None, 0.2)):  # started long ago, not yet, unknown
+        args = {"status": st, "flock": lk, "wait_seconds": 0.2, "wait_max_seconds": 0.6}
+        if since is not None:
+            args["since"] = since
+        out = _run_module("fetch_watch", args, tmp_path)
+        assert out["wait_seconds"] == want and out["waited_seconds"] >= want, (since, out)
+        assert not out["ended"] and out["status"]["state"] == "downloading"

@@ -50,6 +50,17 @@ def read_job(path: str) -> dict:
     return data
 
 
+def grown_wait(first: float, most: float, elapsed: float) -> float:
+    """How long one look waits: `first` while the fetch is young, then half the time it has run so far (`elapsed`),
+    at most `most`. A long transfer's progress lines thin out: each look is a module Ansible sends (~180 KB over the
+    controller's link) and a Python process on the host, per host, for as long as the transfer takes; the waits
+    grow so that their number grows with the logarithm of the transfer's time, then by one per `most` seconds. A
+    look still ends when the job finishes. `most` at or below `first` keeps every wait at `first`."""
+    if most <= first:
+        return first
+    return max(first, min(most, elapsed / 2.0))
+
+
 def look(status_path: str, lock_path: str, wait_seconds: float, until: list[str], interval: float = 0.5,
          clock=time.monotonic, sleep=time.sleep, job_file: str = "") -> dict:
     """Wait up to `wait_seconds` for the status's state to be one of `until` (with `job_file`: for the job to have
