@@ -19,8 +19,8 @@ description:
     out-of-memory killer, or a host restart) never finishes; filter C(modelfleet.fleet.job_watch) tells it from
     this module's answers. Called once before the job starts (O(wait_seconds=0)), its C(now) tells whether a
     writer took the lock since (C(taken_at)), even one the watch never saw.
-  - Read-only. Never creates a file; it holds the lock only for the instant of the probe, which a writer that
-    starts in that instant waits out.
+  - Never creates a file, and changes nothing but the finished job's results file with O(remove_finished_job); it
+    holds the lock only for the instant of the probe, which a writer that starts in that instant waits out.
 version_added: "0.1.0"
 author: modelfleet developers (@modelfleet)
 options:
@@ -52,6 +52,12 @@ options:
       - The async job's results file (C(results_file) of the task started with C(async)). Given, the wait ends when
         the job has finished (rather than on O(until)), and C(job) says what ansible.builtin.async_status would.
     type: path
+  remove_finished_job:
+    description:
+      - With O(job_file), remove that file once it says the job has finished (after its answer was read into C(job)),
+        as C(ansible.builtin.async_status) with C(mode=cleanup) does. Never in check mode; never an unfinished job's.
+    type: bool
+    default: false
 attributes:
   platform:
     platforms: posix
@@ -71,6 +77,7 @@ EXAMPLES = r"""
     since: "{{ before.now }}"
     until: [complete, failed]
     job_file: "{{ job.results_file }}"
+    remove_finished_job: true
   register: look
 """
 
@@ -86,6 +93,10 @@ holder: {description: "What the holder wrote in the lock file (its pid), or null
 taken_at: {description: "When a writer last took the lock (it writes its pid into the file then), in seconds since
            the epoch by this host's clock; null when there is no such file.", returned: always, type: float}
 now: {description: "This host's clock after the look, in seconds since the epoch.", returned: always, type: float}
+job_file_removed:
+  description: "The finished job's results file was removed (O(remove_finished_job))."
+  returned: always
+  type: bool
 job:
   description:
     - What ansible.builtin.async_status says of the job (C(finished); once finished, the module's answer), or a
@@ -97,7 +108,11 @@ job:
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch_watch import grown_wait, look
+from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch_watch import (
+    grown_wait,
+    look,
+    remove_finished,
+)
 
 
 def main():
@@ -110,6 +125,7 @@ def main():
             "since": {"type": "float"},
             "until": {"type": "list", "elements": "str", "default": ["complete", "received", "failed"]},
             "job_file": {"type": "path"},
+            "remove_finished_job": {"type": "bool", "default": False},
         },
         supports_check_mode=True,
     )
@@ -124,7 +140,13 @@ def main():
                              "models root is mounted and readable")
     for w in (res.get("job") or {}).get("warnings") or []:  # what async_status would show: the job's own warnings
         module.warn(str(w))
-    module.exit_json(changed=False, wait_seconds=wait, **res)
+    removed = False
+    if p["job_file"] and p["remove_finished_job"] and not module.check_mode:
+        try:
+            removed = remove_finished(p["job_file"], res["job"])
+        except OSError as e:
+            module.warn(f"{p['job_file']}: the finished job's results file could not be removed ({e.strerror})")
+    module.exit_json(changed=removed, wait_seconds=wait, job_file_removed=removed, **res)
 
 
 if __name__ == "__main__":

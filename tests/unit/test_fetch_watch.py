@@ -187,3 +187,24 @@ def test_the_module_grows_its_wait_from_when_the_fetch_started(tmp_path):
         out = _run_module("fetch_watch", args, tmp_path)
         assert out["wait_seconds"] == want and out["waited_seconds"] >= want, (since, out)
         assert not out["ended"] and out["status"]["state"] == "downloading"
+
+
+def test_a_finished_jobs_results_file_is_removed_once_read_and_an_unfinished_ones_is_kept(tmp_path):
+    """Each fetch is an async job whose results file (~/.ansible_async/<jid>) stayed behind on every host, one per
+    fetch; the watch removes it once it has read the job's answer - never while the job runs, never in check mode."""
+    st, lk, job = str(tmp_path / "m.json"), str(tmp_path / "m.flock"), str(tmp_path / "1.1")
+    _write(st, "receiving")
+    args = {"status": st, "flock": lk, "job_file": job, "remove_finished_job": True}
+    with open(job, "w") as f:
+        json.dump({"started": 1, "finished": 0, "ansible_job_id": "1.1"}, f)
+    out = _run_module("fetch_watch", args, tmp_path)
+    assert not out["job"]["finished"] and not out["changed"] and not out["job_file_removed"] and os.path.exists(job)
+    with open(job, "w") as f:
+        json.dump({"changed": True, "pull": {"kept": 2}}, f)
+    out = _run_module("fetch_watch", {**args, "_ansible_check_mode": True}, tmp_path)
+    assert out["job"]["pull"] == {"kept": 2} and not out["changed"] and os.path.exists(job), "check mode: nothing"
+    out = _run_module("fetch_watch", {**args, "remove_finished_job": False}, tmp_path)
+    assert not out["changed"] and os.path.exists(job), "only when asked"
+    out = _run_module("fetch_watch", args, tmp_path)
+    assert out["job"]["finished"] and out["job"]["pull"] == {"kept": 2}, "the answer is read before the file goes"
+    assert out["changed"] and out["job_file_removed"] and not os.path.exists(job)

@@ -61,3 +61,10 @@ def test_hub_served_one_copy_for_the_fleet(host):
     stats = json.loads(urllib.request.urlopen(endpoint + "/_modelfleet/stats").read())
     lock = json.loads(host.file(f"{FINAL}/.modelfleet/lock.json").content_string)
     assert stats["bytes_served"] == lock["total_bytes"]
+
+
+def test_the_fetch_left_no_async_job_file(host):
+    """The hub download runs as an async job, whose results file (~/.ansible_async/<jid>) stayed behind on the
+    host after every fetch; the watch removes it once it has read the job's answer."""
+    left = host.run("find /root/.ansible_async -type f 2>/dev/null")
+    assert left.stdout.strip() == "", left.stdout

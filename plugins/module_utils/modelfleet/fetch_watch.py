@@ -61,6 +61,20 @@ def grown_wait(first: float, most: float, elapsed: float) -> float:
     return max(first, min(most, elapsed / 2.0))
 
 
+def remove_finished(job_file: str, job: dict) -> bool:
+    """Remove the async job's results file once the job has finished and its answer has been read (`job`: read_job's
+    answer), as async_status's cleanup mode does: a fetch leaves nothing behind in the connecting user's
+    ~/.ansible_async. An unfinished job's file is kept (its wrapper writes it when the module ends). True when a file
+    was removed."""
+    if not job.get("finished"):
+        return False
+    try:
+        os.unlink(job_file)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def look(status_path: str, lock_path: str, wait_seconds: float, until: list[str], interval: float = 0.5,
          clock=time.monotonic, sleep=time.sleep, job_file: str = "") -> dict:
     """Wait up to `wait_seconds` for the status's state to be one of `until` (with `job_file`: for the job to have
