@@ -11,7 +11,7 @@ import socket
 import pytest
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import group
 
-from modelfleet.harness.servers import VLLM_VENV, free_port
+from modelfleet.harness.servers import VLLM_VENV, reserved_ports
 from tests.conftest import ansible_module, lo_addresses
 
 pytestmark = pytest.mark.integration
@@ -27,7 +27,7 @@ def members():
     with lo_addresses(*ADDRESSES) as addrs:
         yield group.members({"layout": "pp", "nodes": 2, "pipeline_parallel_size": 2},
                             [{"host": "m0", "address": addrs[0]}, {"host": "m1", "address": addrs[1]}],
-                            http_port=8000, group_port=free_port())
+                            http_port=8000, group_port=reserved_ports(2))  # the group's port, the check's + 1
 
 
 def _start(members, host, **kw):
@@ -45,7 +45,7 @@ def test_two_members_meet_at_the_head_and_measure_an_all_reduce(members):
     procs = [_start(members, m["host"], timeout=60) for m in members]
     results = [_result(p) for p in procs]
     for rc, res in results:
-        assert rc == 0, res
+        assert rc == 0, res.get("msg")
         net = res["network"]
         assert (net["backend"], net["device"], net["world"], net["bytes"], net["iterations"]) == \
             ("gloo", "cpu", 2, 4 * 2**20, 3)

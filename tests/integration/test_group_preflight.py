@@ -60,16 +60,16 @@ def test_the_network_preflight_runs_on_every_member_at_once_and_refuses_an_unrea
     """The role's network check (vllm_group_check, started asynchronously on every member, then awaited): two members
     on this machine, the head's address on no interface, so the other member cannot reach it - every member fails
     with the head's address and port before the command line is even computed."""
-    from modelfleet.harness.servers import VLLM_VENV, free_port
+    from modelfleet.harness.servers import VLLM_VENV, reserved_ports
 
     py = VLLM_VENV / "bin" / "python"
     if not py.exists():
         pytest.skip("the vLLM CPU venv is missing (scripts/setup.sh --vllm)")
     with lo_addresses("192.0.2.76"):
         hosts = [{"host": "m0", "address": "192.0.2.99"}, {"host": "m1", "address": "192.0.2.76"}]
-        members = group.members(PLAN, hosts, http_port=8000, group_port=free_port())
+        members = group.members(PLAN, hosts, http_port=8000, group_port=reserved_ports(2))
         rc, out = _run(tmp_path, members, hosts=("m0", "m1"), vllm_service_python=str(py),
-                       vllm_service_group_check_timeout=5)
+                       vllm_service_group_check_timeout=5, ansible_async_dir=str(tmp_path / "async"))
     flat = " ".join(out.split())
     assert rc == 2, out[-3000:]
     port = members[0]["ports"][0] + 1
@@ -78,3 +78,6 @@ def test_the_network_preflight_runs_on_every_member_at_once_and_refuses_an_unrea
                 in flat), flat[-3000:]
     assert "nothing was stopped" in flat
     assert "Compute and validate the server command line" not in out
+    # each member's check ran as an async job; a failed one leaves no results file behind either
+    assert "Remove the network check's job file" in out
+    assert (tmp_path / "async").is_dir() and list((tmp_path / "async").iterdir()) == []

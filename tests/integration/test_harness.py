@@ -194,3 +194,23 @@ def test_vllm_cpu_streams_a_completion_and_counts_tokens(vllm_server):
     assert usage and usage["completion_tokens"] == 12
     after = _metric(url, "vllm:generation_tokens_total")
     assert after - before == 12
+
+
+def test_reserved_ports_are_consecutive_and_held_from_other_binds():
+    """A group's port and its check's port + 1 (tests/integration/test_group_check.py): both held, so neither another
+    test's bind nor its connection takes one, while the server that sets SO_REUSEADDR (torch's store) still listens
+    there."""
+    import socket
+
+    from modelfleet.harness.servers import reserved_ports
+
+    first = reserved_ports(3)
+    for port in range(first, first + 3):
+        with socket.socket() as s, pytest.raises(OSError, match="in use"):
+            s.bind(("0.0.0.0", port))
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("0.0.0.0", first + 1))
+        s.listen()
+        with socket.create_connection(("127.0.0.1", first + 1), timeout=5):
+            pass

@@ -18,7 +18,7 @@ import urllib.request
 import pytest
 from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet import group, vllm_unit, watchdog
 
-from modelfleet.harness.servers import VLLM_VENV, free_port, vllm_env
+from modelfleet.harness.servers import VLLM_VENV, reserved_port, vllm_env
 from tests.conftest import ROOT, lo_addresses
 
 pytestmark = pytest.mark.integration
@@ -45,10 +45,10 @@ def _greedy(url, model):
 def _group(layout, model_dir, addresses, tmp_path):
     """The members of a group of two on this machine, each started from the command line modelfleet derives for it
     and its environment; yields (url, members, processes) once the head answers, and kills both after."""
-    port = free_port()
+    port = reserved_port()
     plan = {"layout": layout, "nodes": 2, "pipeline_parallel_size": 2 if layout == "pp" else 1}
     members = group.members(plan, [{"host": "m0", "address": addresses[0]}, {"host": "m1", "address": addresses[1]}],
-                            http_port=port, group_port=free_port())
+                            http_port=port, group_port=reserved_port())
     profile = {"served_model_name": "tiny-llama", "vllm": {"max_model_len": 1024}}
     py = str(VLLM_VENV / "bin" / "python")
     procs = []

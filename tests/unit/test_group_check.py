@@ -103,6 +103,7 @@ def test_the_run_is_read_from_its_last_json_line():
 
 @pytest.mark.parametrize(("rc", "output", "match"), [
     (None, "", r"b \(rank 1 of 3\): the group check did not end within 180 s; check that every member reaches"),
+    (None, "", r"no other program listens on the head's check port 10\.0\.0\.1:29502 \(a member that reached"),
     (1, "ModuleNotFoundError: No module named 'torch'", r"the serving venv has no torch"),
     (1, "RuntimeError: The server socket has failed to listen on any local network address. "
         "port: 29502, useIpv6: false, code: -98, name: EADDRINUSE, message: address already in use",

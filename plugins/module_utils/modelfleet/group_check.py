@@ -140,8 +140,10 @@ def failure(s: dict, host: str, rc: int | None, output: str) -> str:
     fix = ("check that every member reaches the others' vllm_service_group_address (routes, firewalls between the "
            "hosts, the interface in vllm_service_group_ifname) and that every member of the group is in this run")
     if rc is None:
+        # torch's store client waits without a limit for the answer of whatever accepted its connection
         return (f"{host} (rank {s['rank']} of {s['world']}): the group check did not end within "
-                f"{s['timeout'] + START_SECONDS} s; {fix}")
+                f"{s['timeout'] + START_SECONDS} s; {fix}, and that no other program listens on the head's check "
+                f"port {where} (a member that reached one waits for an answer that never comes)")
     if "No module named 'torch'" in text:
         return f"{host}: the serving venv has no torch, so the group cannot be checked or served; install vLLM first"
     if "address already in use" in text.lower() or "EADDRINUSE" in text:

@@ -40,11 +40,38 @@ def reserved_port() -> int:
     until a listener comes, and a listener that sets SO_REUSEADDR (Python's http.server, HAProxy) can still
     bind it. A port from free_port() is free only until someone else takes it (a CI run here: a test's
     replica could not bind its port, a server of a parallel test answered there, and the test failed)."""
+    return reserved_ports(1)
+
+
+def _hold(port: int) -> socket.socket:
     s = socket.socket()
     s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    s.bind(("127.0.0.1", 0))
-    _RESERVED.append(s)
-    return s.getsockname()[1]
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        s.close()
+        raise
+    return s
+
+
+def reserved_ports(n: int) -> int:
+    """The first of `n` consecutive loopback ports, each held as reserved_port() holds one, for a server that
+    listens on a port and the ones after it (a group's port and its check port + 1). A free_port() + 1 is
+    not free: bind(0) hands out even ports and connect() odd ones, so in a CI run the port after a free one
+    was another test's connection or listener, the group check's head could not bind it, and the member that
+    reached the stranger waited out its whole limit."""
+    for _ in range(200):
+        held = [_hold(0)]
+        first = held[0].getsockname()[1]
+        try:
+            held += [_hold(first + k) for k in range(1, n)]
+        except OSError:
+            for s in held:
+                s.close()
+            continue
+        _RESERVED.extend(held)
+        return first
+    raise RuntimeError(f"no {n} consecutive free loopback ports after 200 tries")
 
 
 def _tail(path: Path, n: int = 25) -> str:
