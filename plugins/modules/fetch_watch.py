@@ -56,6 +56,7 @@ options:
     description:
       - With O(job_file), remove that file once it says the job has finished (after its answer was read into C(job)),
         as C(ansible.builtin.async_status) with C(mode=cleanup) does. Never in check mode; never an unfinished job's.
+        The module reports C(changed) exactly when it removed the file.
     type: bool
     default: false
 attributes:
@@ -93,10 +94,6 @@ holder: {description: "What the holder wrote in the lock file (its pid), or null
 taken_at: {description: "When a writer last took the lock (it writes its pid into the file then), in seconds since
            the epoch by this host's clock; null when there is no such file.", returned: always, type: float}
 now: {description: "This host's clock after the look, in seconds since the epoch.", returned: always, type: float}
-job_file_removed:
-  description: "The finished job's results file was removed (O(remove_finished_job))."
-  returned: always
-  type: bool
 job:
   description:
     - What ansible.builtin.async_status says of the job (C(finished); once finished, the module's answer), or a
@@ -146,7 +143,7 @@ def main():
             removed = remove_finished(p["job_file"], res["job"])
         except OSError as e:
             module.warn(f"{p['job_file']}: the finished job's results file could not be removed ({e.strerror})")
-    module.exit_json(changed=removed, wait_seconds=wait, job_file_removed=removed, **res)
+    module.exit_json(changed=removed, wait_seconds=wait, **res)
 
 
 if __name__ == "__main__":
