@@ -56,10 +56,11 @@ def _hold(port: int) -> socket.socket:
 
 def reserved_ports(n: int) -> int:
     """The first of `n` consecutive loopback ports, each held as reserved_port() holds one, for a server that
-    listens on a port and the ones after it (a group's port and its check port + 1). A free_port() + 1 is
-    not free: bind(0) hands out even ports and connect() odd ones, so in a CI run the port after a free one
-    was another test's connection or listener, the group check's head could not bind it, and the member that
-    reached the stranger waited out its whole limit."""
+    listens on a port and the ones after it (a group's port and its check port + 1). Nothing keeps a
+    free_port() + 1 free: bind(0) hands out even ports and connect() odd ones, so in a busy run another test's
+    connection or listener can hold it. A CI run's group check failed that way, as far as its output shows:
+    with a listener put on the check port here, the head failed at once and the member that reached the
+    stranger waited out its whole limit (181 s, exit 2; the CI run: 179 s, exit 2)."""
     for _ in range(200):
         held = [_hold(0)]
         first = held[0].getsockname()[1]
