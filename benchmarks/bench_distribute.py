@@ -50,6 +50,20 @@ def ctl_bytes() -> tuple[int, int]:
     return int((s / "tx_bytes").read_text()), int((s / "rx_bytes").read_text())
 
 
+def tcp_counters(hosts: list[tuple[str, str]]) -> dict:
+    """Per host of the emulated fleet (its network namespace has the container's name): the TCP segments it sent
+    and retransmitted (/proc/net/snmp there) and the packets its upload's queue (tbf on its interface) dropped."""
+    out = {}
+    for name, _addr in hosts:
+        rows = [line.split() for line in sh("ip", "netns", "exec", name, "cat", "/proc/net/snmp").splitlines()
+                if line.startswith("Tcp:")]
+        tcp = dict(zip(rows[0][1:], map(int, rows[1][1:]), strict=True))
+        tc = sh("ip", "netns", "exec", name, "tc", "-s", "qdisc", "show", "dev", "h" + name.rsplit("h", 1)[1])
+        out[name] = {"sent": tcp["OutSegs"], "retransmitted": tcp["RetransSegs"],
+                     "queue_dropped": int(re.search(r"dropped (\d+)", tc).group(1))}
+    return out
+
+
 def make_model(work: Path, mb: int, files: int) -> Path:
     model = work / "model"
     model.mkdir(parents=True, exist_ok=True)
@@ -245,7 +259,9 @@ def main() -> int:
         total = lock["total_bytes"]
         one_copy = total * 8 / (a.rate_mbit * 1e6)
         print(f"model {total / 1e6:.0f} MB in {len(lock['files'])} files; links {a.rate_mbit} Mbit/s each way; "
-              f"one copy's physical limit {one_copy:.1f} s")
+              f"one copy's physical limit {one_copy:.1f} s; the hosts' TCP congestion control: "
+              f"{sh('sysctl', '-n', 'net.ipv4.tcp_congestion_control').strip()} (the kernel's; each host's network "
+              "namespace starts with it)")
         if a.faults:
             return faults(a, work, paths, lock, srv.url, env)
         for n in a.hosts:
@@ -260,6 +276,7 @@ def main() -> int:
                     sh("podman", "cp", str(key), f"{origin}:{key}")
                 relay = work / f"relay-{mode}-{n}"
                 tx0, rx0 = ctl_bytes()
+                tcp0 = tcp_counters(hosts)
                 t = time.monotonic()
                 p = subprocess.run(play_command(inv, srv.url, origin, mode, relay), env=env, capture_output=True,
                                    text=True, check=False)
@@ -267,6 +284,8 @@ def main() -> int:
                 if mode == "direct":
                     sh("podman", "exec", origin, "rm", "-f", str(key))
                 tx1, rx1 = ctl_bytes()
+                tcp1 = tcp_counters(hosts)
+                tcp = {h: {k: tcp1[h][k] - tcp0[h][k] for k in tcp1[h]} for h, _addr in hosts}
                 log = work / f"play-{mode}-{n}.log"
                 log.write_text(p.stdout + p.stderr)
                 if p.returncode != 0:
@@ -278,7 +297,7 @@ def main() -> int:
                 pulls = [float(by_host[h]) for h, _addr in hosts[1:] if h in by_host]  # in the chain's order
                 r = {"mode": mode, "hosts": n, "seconds": wall, "over_one_copy": wall / one_copy,
                      "controller_tx": tx1 - tx0, "controller_rx": rx1 - rx0, "check": check,
-                     "slowest_pull_s": max(pulls) if pulls else None, "pull_s": pulls}
+                     "slowest_pull_s": max(pulls) if pulls else None, "pull_s": pulls, "tcp": tcp}
                 results.append(r)
                 extra = f" (slowest pull {max(pulls):.1f} s = {max(pulls) / one_copy:4.2f} x)" if pulls else ""
                 if len(pulls) > 1:  # each receiver's own pull, first hop first: what each hop adds
@@ -286,6 +305,13 @@ def main() -> int:
                 print(f"  N={n:<2} {mode:<10} {wall:7.1f} s = {wall / one_copy:5.2f} x one copy{extra}; controller "
                       f"link carried {(tx1 - tx0 + rx1 - rx0) / 1e6:8.1f} MB, {(tx1 - tx0) / 1e6:.1f} MB of it sent "
                       f"({100 * (tx1 - tx0 + rx1 - rx0) / total:6.2f}% of the model); {check}", flush=True)
+                # where a hop's link time goes besides the model's bytes: TCP's retransmissions (a segment sent
+                # again crosses the link again unless the host's own queue dropped it) and the drops of each
+                # host's upload queue, the origin first, in the chain's order
+                print("         TCP retransmitted, % of segments sent, per host: " + " / ".join(
+                    f"{100 * tcp[h]['retransmitted'] / max(tcp[h]['sent'], 1):.1f}" for h, _addr in hosts)
+                      + "; upload queue drops: " + " / ".join(str(tcp[h]["queue_dropped"]) for h, _addr in hosts),
+                      flush=True)
                 if mode == "controller":
                     sh("rm", "-rf", str(relay))
     finally:
