@@ -1,6 +1,6 @@
 """Distribution time to N hosts over rate-limited links (issue 23): the controller relay, the star (direct) and
 the peer chain side by side, on the emulated fleet (scripts/netfleet.sh: each host in its own network namespace
-behind a tbf-limited link, reached over SSH on its own address), with the physical limit beside them.
+behind a rate-limited link (htb or tbf), reached over SSH on its own address), with the physical limit beside them.
 
     python benchmarks/bench_distribute.py [--hosts 1 2 4 8] [--rate-mbit 200] [--model-mb 256] [--files 16]
                                           [--modes controller direct peer] [--plot docs/img/distribute.png]
@@ -52,7 +52,8 @@ def ctl_bytes() -> tuple[int, int]:
 
 def tcp_counters(hosts: list[tuple[str, str]]) -> dict:
     """Per host of the emulated fleet (its network namespace has the container's name): the TCP segments it sent
-    and retransmitted (/proc/net/snmp there) and the packets its upload's queue (tbf on its interface) dropped."""
+    and retransmitted (/proc/net/snmp there) and the packets its upload's queue (the root qdisc on its interface,
+    htb or tbf) dropped."""
     out = {}
     for name, _addr in hosts:
         rows = [line.split() for line in sh("ip", "netns", "exec", name, "cat", "/proc/net/snmp").splitlines()
@@ -95,9 +96,10 @@ def check_hashes(hosts: list[tuple[str, str]], lock: dict) -> str:
     return "every file on every receiver matches the lock"
 
 
-def fleet_up(n: int, rate_mbit: int, work: Path, paths: dict) -> tuple[list, str, Path]:
+def fleet_up(n: int, rate_mbit: int, work: Path, paths: dict, queue: str) -> tuple[list, str, Path]:
     """An emulated fleet of an origin (holding the verified model) and n receivers; its inventory."""
-    sh(str(ROOT / "scripts" / "netfleet.sh"), "up", str(n + 1), str(rate_mbit))
+    sh(str(ROOT / "scripts" / "netfleet.sh"), "up", str(n + 1), str(rate_mbit),
+       env={**os.environ, "NETFLEET_QUEUE": queue})
     hosts = [tuple(line.split()) for line in (ROOT / ".cache" / "netfleet" / "hosts").read_text().splitlines()]
     origin = hosts[0][0]
     rel = os.path.relpath(paths["final"], str(work / "origin"))
@@ -144,7 +146,7 @@ def faults(a, work: Path, paths: dict, lock: dict, endpoint: str, env: dict) -> 
        lags): r3 catches it by its hash, drops r2 naming the file, takes the file from r1; r2 is not marked complete
        (the file changed after its verification). Every receiver that ends complete is checked against the lock."""
     stall = 15
-    hosts, origin, inv = fleet_up(3, a.rate_mbit, work, paths)
+    hosts, origin, inv = fleet_up(3, a.rate_mbit, work, paths, a.queue)
     r1, r2, r3 = (h for h, _addr in hosts[1:])
     weights = [f["name"] for f in lock["files"] if f["name"].endswith(".safetensors")]
     staging = model_paths("/models", lock["repo_id"], lock["revision"])["staging"]
@@ -236,6 +238,9 @@ def main() -> int:
     ap.add_argument("--modes", nargs="+", default=["controller", "direct", "peer"])
     ap.add_argument("--plot", default="")
     ap.add_argument("--json", default="")
+    ap.add_argument("--queue", choices=["acks-first", "fifo"], default="acks-first",
+                    help="how each link queues (scripts/netfleet.sh, NETFLEET_QUEUE): small TCP packets before the "
+                    "bulk (default), or one drop-tail queue for everything (the emulation until 2026-12-08)")
     ap.add_argument("--keep", action="store_true", help="leave the last emulated fleet up (to look at a failure)")
     ap.add_argument("--faults", action="store_true", help="instead of timings: a killed pull and a flipped byte over "
                     "the emulated network (printed outcomes; faults())")
@@ -259,13 +264,13 @@ def main() -> int:
         total = lock["total_bytes"]
         one_copy = total * 8 / (a.rate_mbit * 1e6)
         print(f"model {total / 1e6:.0f} MB in {len(lock['files'])} files; links {a.rate_mbit} Mbit/s each way; "
-              f"one copy's physical limit {one_copy:.1f} s; the hosts' TCP congestion control: "
-              f"{sh('sysctl', '-n', 'net.ipv4.tcp_congestion_control').strip()} (the kernel's; each host's network "
-              "namespace starts with it)")
+              f"one copy's physical limit {one_copy:.1f} s; links' queues: {a.queue}; the hosts' TCP congestion "
+              f"control: {sh('sysctl', '-n', 'net.ipv4.tcp_congestion_control').strip()} (the kernel's; each host's "
+              "network namespace starts with it)")
         if a.faults:
             return faults(a, work, paths, lock, srv.url, env)
         for n in a.hosts:
-            hosts, origin, inv = fleet_up(n, a.rate_mbit, work, paths)
+            hosts, origin, inv = fleet_up(n, a.rate_mbit, work, paths, a.queue)
             for mode in a.modes:
                 for h, _addr in hosts[1:]:
                     sh("podman", "exec", h, "rm", "-rf", "/models")
