@@ -32,6 +32,7 @@ from ansible_collections.modelfleet.fleet.plugins.module_utils.modelfleet.fetch 
     hub_listing,
     model_paths,
 )
+from bench_link_queue import counters  # noqa: E402  (this folder: sys.path[0] when run as a script)
 
 from modelfleet.harness.hub_repo import publish  # noqa: E402
 from modelfleet.harness.servers import start_hub  # noqa: E402
@@ -56,12 +57,8 @@ def tcp_counters(hosts: list[tuple[str, str]]) -> dict:
     htb or tbf) dropped."""
     out = {}
     for name, _addr in hosts:
-        rows = [line.split() for line in sh("ip", "netns", "exec", name, "cat", "/proc/net/snmp").splitlines()
-                if line.startswith("Tcp:")]
-        tcp = dict(zip(rows[0][1:], map(int, rows[1][1:]), strict=True))
-        tc = sh("ip", "netns", "exec", name, "tc", "-s", "qdisc", "show", "dev", "h" + name.rsplit("h", 1)[1])
-        out[name] = {"sent": tcp["OutSegs"], "retransmitted": tcp["RetransSegs"],
-                     "queue_dropped": int(re.search(r"dropped (\d+)", tc).group(1))}
+        sent, retransmitted, dropped = counters(name, "h" + name.rsplit("h", 1)[1])
+        out[name] = {"sent": sent, "retransmitted": retransmitted, "queue_dropped": dropped}
     return out
 
 

@@ -108,7 +108,6 @@ case "$cmd" in
       echo "$h $addr" >>"$root/.cache/netfleet/hosts"
     done
     echo "$rate" >"$root/.cache/netfleet/rate_mbit"
-    echo "$queue" >"$root/.cache/netfleet/queue"
     for i in $(seq 1 "$n"); do  # sshd up on each
       for _ in $(seq 1 120); do
         timeout 2 bash -c "exec 3<>/dev/tcp/$net.$((10 + i))/22" 2>/dev/null && break
